@@ -1,0 +1,114 @@
+"""Reading documents: multi-document YAML in, validated models or clear errors out.
+
+Errors name the source, the document's position and the field path
+(``spec.rules[0].settings.read_ahead_kb``), so a GitOps pipeline can point at
+the line to fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from stortune.schemas.profile import API_VERSION, StorageProfile
+
+KINDS = ("StorageProfile",)
+
+
+@dataclass(frozen=True)
+class Problem:
+    where: str  # file and document number
+    path: str  # field path inside the document, "" for the whole document
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.path}: {self.message}" if self.path else f"{self.where}: {self.message}"
+
+
+class DocumentError(ValueError):
+    """One or more invalid documents; nothing from the input should be used."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+def field_path(loc: Iterable[int | str]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+def validation_problems(exc: ValidationError, where: str) -> list[Problem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown field" + (
+                " (not a tunable in the catalog)" if "settings" in err["loc"] else ""
+            )
+        problems.append(Problem(where, field_path(err["loc"]), msg))
+    return problems
+
+
+def parse_profile(data: Any, where: str = "document") -> StorageProfile:
+    if not isinstance(data, dict):
+        raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
+    kind, api = data.get("kind"), data.get("apiVersion")
+    if kind not in KINDS:
+        raise DocumentError([Problem(where, "kind", f"{kind!r} is not a StorageProfile document")])
+    if api != API_VERSION:
+        raise DocumentError([Problem(where, "apiVersion", f"{api!r}; expected {API_VERSION!r}")])
+    try:
+        return StorageProfile.model_validate(data)
+    except ValidationError as exc:
+        meta = data.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        label = f"{where} (StorageProfile/{name})" if name else where
+        raise DocumentError(validation_problems(exc, label)) from None
+
+
+def load_yaml_documents(text: str, source: str = "<input>") -> list[tuple[str, Any]]:
+    """(where, data) for each non-empty YAML document in ``text``."""
+    try:
+        docs = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        raise DocumentError([Problem(source, "", f"not valid YAML: {exc}")]) from None
+    out = []
+    for index, data in enumerate(docs):
+        if data is None:
+            continue
+        where = source if len(docs) == 1 else f"{source} (document {index + 1})"
+        out.append((where, data))
+    return out
+
+
+def load_profiles(text: str, source: str = "<input>") -> list[StorageProfile]:
+    """Every StorageProfile in a multi-document YAML text; all problems reported at once."""
+    profiles: list[StorageProfile] = []
+    problems: list[Problem] = []
+    for where, data in load_yaml_documents(text, source):
+        try:
+            profiles.append(parse_profile(data, where))
+        except DocumentError as exc:
+            problems.extend(exc.problems)
+    problems.extend(duplicate_names(profiles, source))
+    if problems:
+        raise DocumentError(problems)
+    return profiles
+
+
+def duplicate_names(profiles: list[StorageProfile], where: str) -> list[Problem]:
+    names = [p.metadata.name for p in profiles]
+    return [
+        Problem(where, "metadata.name", f"{dupe!r} is defined more than once")
+        for dupe in sorted({n for n in names if names.count(n) > 1})
+    ]

@@ -1,0 +1,39 @@
+"""Export the documents' JSON Schema for editors and GitOps repositories.
+
+``python -m stortune.schemas.export [DIR]`` writes one file per document kind;
+a test fails when the committed files are stale.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from stortune.schemas.profile import StorageProfile
+
+DOCUMENTS = {"storageprofile.schema.json": StorageProfile}
+
+
+def render() -> dict[str, str]:
+    out = {}
+    for filename, model in DOCUMENTS.items():
+        schema = model.model_json_schema(by_alias=True, mode="validation")
+        schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+        schema["$id"] = f"https://stortune.dev/schemas/v1/{filename}"
+        out[filename] = json.dumps(schema, indent=2, sort_keys=True) + "\n"
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    target = Path(args[0]) if args else Path(__file__).resolve().parents[2] / "jsonschema"
+    target.mkdir(parents=True, exist_ok=True)
+    for filename, text in render().items():
+        (target / filename).write_text(text)
+        print(target / filename)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,65 @@
+"""Does a rule's ``match`` select a device? Answers with the reason when not."""
+
+from __future__ import annotations
+
+import re
+from fnmatch import fnmatchcase
+
+from stortune.schemas.profile import Match
+from stortune.schemas.topology import Device
+
+
+def _human(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} PB"
+
+
+def _regex(field: str, pattern: str, actual: str | None) -> str | None:
+    if actual is None:
+        return f"{field} is unknown (sysfs does not report it), rule wants /{pattern}/"
+    if re.fullmatch(pattern, actual.strip()) is None:
+        return f"{field} {actual!r} does not match /{pattern}/"
+    return None
+
+
+def mismatch(match: Match, dev: Device) -> str | None:
+    """None when every criterion holds, else the first one that does not, in words."""
+    if match.kind is not None and dev.kind not in match.kind:
+        return f"kind {dev.kind.value} is not one of {[k.value for k in match.kind]}"
+    if match.name is not None and not any(fnmatchcase(dev.name, g) for g in match.name):
+        return f"name {dev.name} matches none of {match.name}"
+    if match.id is not None and not any(fnmatchcase(dev.id, g) for g in match.id):
+        return f"id {dev.id} matches none of {match.id}"
+    if match.vendor is not None and (why := _regex("vendor", match.vendor, dev.vendor)):
+        return why
+    if match.model is not None and (why := _regex("model", match.model, dev.model)):
+        return why
+    if match.driver is not None:
+        driver = dev.scsi_host.driver if dev.scsi_host else dev.driver
+        if why := _regex("driver", match.driver, driver):
+            return why
+    if match.transport is not None and dev.transport not in match.transport:
+        return f"transport {dev.transport or 'unknown'} is not one of {match.transport}"
+    if match.rotational is not None and dev.rotational is not match.rotational:
+        seen = "unknown" if dev.rotational is None else str(dev.rotational).lower()
+        return f"rotational is {seen}, rule wants {str(match.rotational).lower()}"
+    if match.raidLevel is not None:
+        level = dev.md.level if dev.md else None
+        if level is None:
+            return f"not an md array, rule wants raidLevel {match.raidLevel}"
+        if level not in match.raidLevel:
+            return f"raidLevel {level} is not one of {match.raidLevel}"
+    if match.role is not None and not set(match.role) & set(dev.roles):
+        have = [r.value for r in dev.roles] or "none"
+        return f"roles {have} include none of {[r.value for r in match.role]}"
+    if match.size is not None:
+        lo, hi = match.size.bounds()
+        if dev.size_bytes is None:
+            return "size is unknown"
+        if (lo is not None and dev.size_bytes < lo) or (hi is not None and dev.size_bytes > hi):
+            return f"size {_human(dev.size_bytes)} is outside [{match.size.min}, {match.size.max}]"
+    return None

@@ -1,0 +1,97 @@
+"""What the planner decides: plain data shared by agent, server and CLI."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stortune.schemas.topology import DeviceKind
+
+Value = int | str
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Source(_Model):
+    """Where a desired value comes from."""
+
+    profile: str
+    rule: str
+    priority: int = 0
+    generation: int | None = None
+    mode: Literal["enforce", "audit"] = "enforce"
+
+
+class Change(_Model):
+    """Set ``tunable`` on ``device`` from ``current`` to ``desired``."""
+
+    device: str = Field(description="Kernel name, or 'host' for host-wide tunables")
+    device_id: str
+    kind: DeviceKind
+    tunable: str
+    current: Value | None
+    desired: Value
+    source: Source
+
+
+class Rejection(_Model):
+    device: str
+    device_id: str
+    tunable: str
+    value: Value
+    reason: str
+    fatal: bool = Field(description="True blocks the apply; False is a setting skipped here")
+    source: Source
+
+
+class Desired(_Model):
+    """The winning value for one (device, tunable), whether or not it is in sync."""
+
+    device: str
+    device_id: str
+    tunable: str
+    desired: Value
+    observed: Value | None
+    in_sync: bool
+    source: Source
+    overridden: list[str] = Field(default_factory=list, description="Losing rules and why")
+
+
+class RuleVerdict(_Model):
+    """Did a rule match a device, and if not, why not."""
+
+    profile: str
+    rule: str
+    matched: bool
+    reason: str
+
+
+class DeviceExplanation(_Model):
+    device: str
+    device_id: str
+    kind: DeviceKind
+    rules: list[RuleVerdict] = Field(default_factory=list)
+
+
+class Plan(_Model):
+    changes: list[Change] = Field(default_factory=list, description="In application order")
+    rejections: list[Rejection] = Field(default_factory=list)
+    desired: list[Desired] = Field(default_factory=list)
+    explanations: list[DeviceExplanation] = Field(default_factory=list)
+
+    @property
+    def fatal(self) -> list[Rejection]:
+        return [r for r in self.rejections if r.fatal]
+
+    @property
+    def empty(self) -> bool:
+        return not self.changes
+
+    def enforced(self) -> Plan:
+        """The same plan without the changes that audit-mode profiles only report."""
+        return self.model_copy(
+            update={"changes": [c for c in self.changes if c.source.mode == "enforce"]}
+        )

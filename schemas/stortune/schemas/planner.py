@@ -1,0 +1,181 @@
+"""The pure planner: (desired profiles, topology, observed values) -> Plan.
+
+Used unchanged by the agent (apply, plan, explain), the control plane (drift
+and dry runs) and the CLI (diff), so all three always agree.
+
+Precedence when several rules set one tunable on one device (documented in
+docs/precedence.md):
+  1. the profile with the higher ``spec.priority`` wins;
+  2. at equal priority, the profile whose name sorts first wins;
+  3. within one profile, the later rule wins (write general rules first and
+     specific ones after, as in a stylesheet).
+The winner is final: if its value cannot be set on the device, that is a
+rejection; a losing rule's value is never used as a fallback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from stortune.schemas import catalog
+from stortune.schemas.catalog import DeviceFacts, check_on_device
+from stortune.schemas.matching import mismatch
+from stortune.schemas.plan import (
+    Change,
+    Desired,
+    DeviceExplanation,
+    Plan,
+    Rejection,
+    RuleVerdict,
+    Source,
+    Value,
+)
+from stortune.schemas.profile import StorageProfile
+from stortune.schemas.topology import HOST_TARGET, Device, DeviceKind, Topology, TunableState
+
+Observed = Mapping[str, Mapping[str, TunableState]]
+
+
+def host_device(topology: Topology) -> Device:
+    """The pseudo-device that host-wide tunables are planned against."""
+    return Device(
+        name=HOST_TARGET,
+        kind=DeviceKind.HOST,
+        id=f"host:{topology.hostname or 'localhost'}",
+        tunables=topology.host_tunables,
+    )
+
+
+def targets(topology: Topology) -> list[Device]:
+    return [*topology.devices, host_device(topology)]
+
+
+def observed_of(topology: Topology) -> dict[str, dict[str, TunableState]]:
+    """Observed values as discovery saw them, keyed by device name then tunable."""
+    return {d.name: dict(d.tunables) for d in targets(topology)}
+
+
+def precedence(profiles: Sequence[StorageProfile]) -> list[StorageProfile]:
+    """Profiles from strongest to weakest."""
+    return sorted(profiles, key=lambda p: (-p.spec.priority, p.metadata.name))
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    rank: tuple[int, str, int]  # smaller is stronger
+    value: Value
+    source: Source
+
+    def describe(self) -> str:
+        return f"{self.source.profile}/{self.source.rule} (priority {self.source.priority})"
+
+
+def _why_lost(loser: _Candidate, winner: _Candidate) -> str:
+    if loser.source.priority != winner.source.priority:
+        why = f"priority {winner.source.priority} > {loser.source.priority}"
+    elif loser.source.profile != winner.source.profile:
+        why = f"equal priority, profile name {winner.source.profile!r} sorts first"
+    else:
+        why = "a later rule of the same profile wins"
+    return f"{loser.describe()} wanted {loser.value!r}: overridden by {winner.describe()}, {why}"
+
+
+def _generation(profile: StorageProfile) -> int | None:
+    return profile.metadata.generation
+
+
+def _candidates(
+    profiles: Sequence[StorageProfile], dev: Device
+) -> tuple[dict[str, list[_Candidate]], list[RuleVerdict]]:
+    by_tunable: dict[str, list[_Candidate]] = {}
+    verdicts: list[RuleVerdict] = []
+    for profile in precedence(profiles):
+        for index, rule in enumerate(profile.spec.rules):
+            why = mismatch(rule.match, dev)
+            verdicts.append(
+                RuleVerdict(
+                    profile=profile.metadata.name,
+                    rule=rule.name,
+                    matched=why is None,
+                    reason=why or "all criteria hold",
+                )
+            )
+            if why is not None:
+                continue
+            source = Source(
+                profile=profile.metadata.name,
+                rule=rule.name,
+                priority=profile.spec.priority,
+                generation=_generation(profile),
+                mode=profile.spec.mode,
+            )
+            rank = (-profile.spec.priority, profile.metadata.name, -index)
+            for tunable, value in rule.values().items():
+                by_tunable.setdefault(tunable, []).append(_Candidate(rank, value, source))
+    return by_tunable, verdicts
+
+
+def _facts(dev: Device, state: TunableState | None) -> DeviceFacts:
+    if state is None:
+        return DeviceFacts(kind=dev.kind, supported=False, writable=False,
+                           unsupported_reason="not reported by discovery")
+    return DeviceFacts(
+        kind=dev.kind,
+        supported=state.supported,
+        writable=state.writable,
+        choices=state.choices,
+        maximum=state.maximum,
+        unsupported_reason=state.reason,
+    )
+
+
+def plan(
+    profiles: Sequence[StorageProfile],
+    topology: Topology,
+    observed: Observed | None = None,
+) -> Plan:
+    """Decide what must change. Pure: reads nothing but its arguments."""
+    seen = observed if observed is not None else observed_of(topology)
+    result = Plan()
+    order = {t.name: t.order for t in catalog.ordered()}
+    position: dict[str, int] = {}
+    for index, dev in enumerate(targets(topology)):
+        position[dev.name] = index
+        by_tunable, verdicts = _candidates(profiles, dev)
+        result.explanations.append(
+            DeviceExplanation(device=dev.name, device_id=dev.id, kind=dev.kind, rules=verdicts)
+        )
+        for name in sorted(by_tunable, key=lambda n: order[n]):
+            ranked = sorted(by_tunable[name], key=lambda c: c.rank)
+            win = ranked[0]
+            tunable = catalog.get(name)
+            state = seen.get(dev.name, {}).get(name)
+            rejected = check_on_device(tunable, win.value, _facts(dev, state))
+            if rejected is not None:
+                result.rejections.append(
+                    Rejection(
+                        device=dev.name, device_id=dev.id, tunable=name, value=win.value,
+                        reason=rejected.reason, fatal=rejected.fatal, source=win.source,
+                    )
+                )
+                continue
+            current = state.value if state is not None else None
+            in_sync = tunable.same(current, win.value)
+            result.desired.append(
+                Desired(
+                    device=dev.name, device_id=dev.id, tunable=name, desired=win.value,
+                    observed=current, in_sync=in_sync, source=win.source,
+                    overridden=[_why_lost(c, win) for c in ranked[1:] if c.value != win.value
+                                or c.source != win.source],
+                )
+            )
+            if not in_sync:
+                result.changes.append(
+                    Change(
+                        device=dev.name, device_id=dev.id, kind=dev.kind, tunable=name,
+                        current=current, desired=win.value, source=win.source,
+                    )
+                )
+    result.changes.sort(key=lambda c: (order[c.tunable], position[c.device]))
+    return result

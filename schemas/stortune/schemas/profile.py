@@ -1,0 +1,357 @@
+"""The StorageProfile document (apiVersion stortune/v1).
+
+The pydantic models are the single source: the agent, the control plane and
+the CLI validate with them, and the JSON Schema in ``schemas/jsonschema`` is
+exported from them. ``settings`` is generated from the tunable catalog, so an
+unknown tunable or an out-of-range value fails with its full field path.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+
+from stortune.schemas import catalog
+from stortune.schemas.catalog import Tunable, TunableValueError
+from stortune.schemas.topology import DeviceKind, Role
+
+API_VERSION = "stortune/v1"
+
+# Kubernetes object names (RFC 1123 subdomain) and label syntax.
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_RULE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
+_SIZE_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "P": 1000**5,
+    "KI": 1024,
+    "MI": 1024**2,
+    "GI": 1024**3,
+    "TI": 1024**4,
+    "PI": 1024**5,
+}
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _check_label_key(key: str) -> str:
+    if not _LABEL_KEY.fullmatch(key):
+        raise ValueError(f"label key {key!r} is not a valid label key ([prefix/]name, 63 chars)")
+    return key
+
+
+def _check_label_value(value: str) -> str:
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
+        raise ValueError(f"label value {value!r} is not valid (63 chars of [A-Za-z0-9-_.])")
+    return value
+
+
+def check_labels(labels: dict[str, str]) -> dict[str, str]:
+    for key, value in labels.items():
+        _check_label_key(key)
+        _check_label_value(value)
+    return labels
+
+
+class Metadata(_Doc):
+    name: str = Field(description="RFC 1123 name, unique per kind")
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
+    # Set by the control plane; accepted on input so documents round-trip.
+    generation: int | None = None
+    resourceVersion: str | None = None
+    uid: str | None = None
+    creationTimestamp: str | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.fullmatch(v):
+            raise ValueError(
+                f"{v!r} is not a valid name: lower-case letters, digits, '-' and '.', "
+                "starting and ending alphanumeric, at most 253 characters"
+            )
+        return v
+
+    @field_validator("labels")
+    @classmethod
+    def _labels(cls, v: dict[str, str]) -> dict[str, str]:
+        return check_labels(v)
+
+
+class SelectorOperator(StrEnum):
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class SelectorRequirement(_Doc):
+    key: str
+    operator: SelectorOperator
+    values: list[str] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _values_fit_operator(self) -> SelectorRequirement:
+        _check_label_key(self.key)
+        needs = self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN)
+        if needs and not self.values:
+            raise ValueError(f"operator {self.operator.value} needs at least one value")
+        if not needs and self.values:
+            raise ValueError(f"operator {self.operator.value} takes no values")
+        return self
+
+
+class LabelSelector(_Doc):
+    matchLabels: dict[str, str] = Field(default_factory=dict, max_length=64)
+    matchExpressions: list[SelectorRequirement] = Field(default_factory=list, max_length=64)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> LabelSelector:
+        check_labels(self.matchLabels)
+        if not self.matchLabels and not self.matchExpressions:
+            raise ValueError("an empty selector would match every host; name labels or expressions")
+        return self
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        if any(labels.get(k) != v for k, v in self.matchLabels.items()):
+            return False
+        for req in self.matchExpressions:
+            present = req.key in labels
+            if req.operator is SelectorOperator.IN and labels.get(req.key) not in req.values:
+                return False
+            if req.operator is SelectorOperator.NOT_IN and present and labels[req.key] in req.values:
+                return False
+            if req.operator is SelectorOperator.EXISTS and not present:
+                return False
+            if req.operator is SelectorOperator.DOES_NOT_EXIST and present:
+                return False
+        return True
+
+
+def parse_size(value: int | str) -> int:
+    """'512GiB', '2T', '4096' -> bytes (decimal units for K/M/G/T, binary for Ki/Mi/...)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    m = _SIZE.fullmatch(str(value))
+    if not m:
+        raise ValueError(f"{value!r} is not a size like 500GB, 1.5TiB or 4096")
+    unit = (m.group(2) or "").upper().rstrip("B")
+    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+
+
+class SizeRange(_Doc):
+    min: int | str | None = None
+    max: int | str | None = None
+
+    @model_validator(mode="after")
+    def _range(self) -> SizeRange:
+        lo = parse_size(self.min) if self.min is not None else None
+        hi = parse_size(self.max) if self.max is not None else None
+        if lo is None and hi is None:
+            raise ValueError("give min, max or both")
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min {self.min} is larger than max {self.max}")
+        return self
+
+    def bounds(self) -> tuple[int | None, int | None]:
+        return (
+            parse_size(self.min) if self.min is not None else None,
+            parse_size(self.max) if self.max is not None else None,
+        )
+
+
+def _regex(v: str | None) -> str | None:
+    if v is not None:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"invalid regular expression {v!r}: {exc}") from None
+    return v
+
+
+class Match(_Doc):
+    """Topology facts a device must all have (an AND of the criteria given).
+
+    Lists are alternatives (an OR); globs use shell syntax; model, vendor and
+    driver are regular expressions matched against the whole value.
+    """
+
+    kind: list[DeviceKind] | None = None
+    name: list[str] | None = Field(default=None, description="Kernel name globs: sd*, nvme*n1")
+    id: list[str] | None = Field(default=None, description="Stable id globs: wwn:naa.6*")
+    model: str | None = Field(default=None, description="Regex, full match")
+    vendor: str | None = Field(default=None, description="Regex, full match")
+    driver: str | None = Field(default=None, description="SCSI host driver regex: megaraid_sas")
+    transport: list[Literal["sata", "sas", "nvme", "virtio", "fc", "iscsi", "usb", "scsi"]] | None = None
+    rotational: bool | None = None
+    raidLevel: list[str] | None = Field(default=None, description="md levels: raid5, raid6...")
+    role: list[Role] | None = None
+    size: SizeRange | None = None
+
+    _check_regex = field_validator("model", "vendor", "driver")(_regex)
+
+    @field_validator("name")
+    @classmethod
+    def _plain_names(cls, v: list[str] | None) -> list[str] | None:
+        # Kernel names never hold a path: refuse anything that could be read as one.
+        for glob in v or []:
+            if not glob or "/" in glob or "\x00" in glob or ".." in glob:
+                raise ValueError(f"{glob!r} is not a kernel device name glob (no '/', '..' or NUL)")
+        return v
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Match:
+        if not self.model_fields_set or all(getattr(self, f) is None for f in self.model_fields_set):
+            raise ValueError("match must name at least one criterion; use kind: [...] to match broadly")
+        return self
+
+
+def _tunable_field(t: Tunable) -> Any:
+    def check(v: object, _t: Tunable = t) -> object:
+        try:
+            return _t.validate(v)
+        except TunableValueError as exc:
+            raise ValueError(str(exc)) from None
+
+    base: Any = (
+        int | Literal["system"]
+        if isinstance(t, catalog.SyncSpeedTunable)
+        else (str if isinstance(t, catalog.ChoiceTunable) else int)
+    )
+
+    def schema(s: dict[str, Any], _t: Tunable = t) -> None:
+        # Editors should see the catalog's own constraints, not "integer or null".
+        s.clear()
+        s.update(_t.json_schema())
+
+    return (
+        Annotated[
+            base | None,
+            BeforeValidator(check),
+            Field(
+                default=None,
+                alias=t.name,
+                json_schema_extra=schema,
+            ),
+        ],
+        None,
+    )
+
+
+def _settings_model() -> type[BaseModel]:
+    fields = {t.name.replace(".", "_"): _tunable_field(t) for t in catalog.ordered()}
+    model: type[BaseModel] = create_model(
+        "Settings",
+        __config__=ConfigDict(extra="forbid", populate_by_name=False),
+        __doc__="Tunable values keyed by catalog name; generated from the tunable catalog.",
+        **fields,
+    )
+    return model
+
+
+Settings = _settings_model()
+
+
+def settings_dict(settings: BaseModel) -> dict[str, int | str]:
+    """The settings a rule actually gives, keyed by tunable name."""
+    return {k: v for k, v in settings.model_dump(by_alias=True).items() if v is not None}
+
+
+class Rule(_Doc):
+    name: str
+    match: Match
+    settings: Settings  # type: ignore[valid-type]
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _RULE_NAME.fullmatch(v):
+            raise ValueError(f"rule name {v!r} must be a DNS label (a-z, 0-9, '-')")
+        return v
+
+    @model_validator(mode="after")
+    def _has_settings(self) -> Rule:
+        values = settings_dict(self.settings)
+        if not values:
+            raise ValueError(f"rule {self.name!r} sets nothing; give at least one setting")
+        if self.match.kind:
+            # A setting no matched kind can carry is a mistake in the document,
+            # not something to discover per device later.
+            for name in values:
+                kinds = catalog.get(name).applies_to
+                if not kinds & set(self.match.kind):
+                    raise ValueError(
+                        f"settings.{name} applies to {sorted(k.value for k in kinds)},"
+                        f" none of the kinds this rule matches {[k.value for k in self.match.kind]}"
+                    )
+        return self
+
+    def values(self) -> dict[str, int | str]:
+        return settings_dict(self.settings)
+
+
+class ProfileSpec(_Doc):
+    hostSelector: LabelSelector | None = Field(
+        default=None, description="Hosts this profile applies to (used by the control plane)"
+    )
+    priority: int = Field(
+        default=0,
+        ge=-1000,
+        le=1000,
+        description="Higher wins when two profiles set one tunable on one device",
+    )
+    mode: Literal["enforce", "audit"] = "enforce"
+    rules: list[Rule] = Field(min_length=1, max_length=256)
+
+    @model_validator(mode="after")
+    def _unique_rules(self) -> ProfileSpec:
+        seen: set[str] = set()
+        for rule in self.rules:
+            if rule.name in seen:
+                raise ValueError(f"rule name {rule.name!r} is used twice")
+            seen.add(rule.name)
+        return self
+
+
+class StorageProfile(_Doc):
+    apiVersion: Literal["stortune/v1"] = "stortune/v1"
+    kind: Literal["StorageProfile"] = "StorageProfile"
+    metadata: Metadata
+    spec: ProfileSpec
+    status: SkipJsonSchema[dict[str, Any] | None] = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def document(self) -> dict[str, Any]:
+        """The canonical JSON form: aliases (``dev.raid.*``), unset fields left out.
+
+        An explicit null does not validate as a setting, so this is the only
+        form that round-trips through ``parse_profile``.
+        """
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
