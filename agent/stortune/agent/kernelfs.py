@@ -1,0 +1,139 @@
+"""The agent's one seam to the kernel: sysfs and procfs under injected roots.
+
+Every read and write of the agent goes through a ``KernelFS``. Tests pass a
+fixture tree; production passes ``/sys`` and ``/proc``. Writes are confined:
+a device name must be a plain kernel name, the attribute path must come from
+the tunable catalog, and the resolved target must stay inside the root.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from stortune.schemas.catalog import Tunable
+
+# Kernel block device names: sda, nvme0n1p2, md126, dm-3, loop0, cciss!c0d0 ...
+_DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:!+-]{0,63}$")
+
+
+class UnsafePathError(ValueError):
+    """A device name or attribute path that could escape the kernel roots."""
+
+
+class KernelWriteError(OSError):
+    """Writing an attribute failed; carries the kernel's errno and text."""
+
+
+def check_device_name(name: str) -> str:
+    if not name or "/" in name or "\x00" in name or ".." in name or not _DEVICE_NAME.match(name):
+        raise UnsafePathError(f"device name {name!r} is not a kernel block device name")
+    return name
+
+
+def _check_relative(rel: str) -> str:
+    parts = rel.split("/")
+    if rel.startswith("/") or "\x00" in rel or any(p in ("", ".", "..") for p in parts):
+        raise UnsafePathError(f"attribute path {rel!r} must be relative and plain")
+    return rel
+
+
+@dataclass(frozen=True)
+class KernelFS:
+    sysfs: Path
+    procfs: Path
+
+    @classmethod
+    def at(cls, sysfs: str | Path = "/sys", procfs: str | Path = "/proc") -> KernelFS:
+        return cls(Path(sysfs), Path(procfs))
+
+    # -- reads (never raise for a missing attribute) ----------------------
+    def read(self, path: Path | str) -> str | None:
+        """Text of an attribute, or None when absent or unreadable on this kernel.
+
+        One os.open/os.read: sysfs renders an attribute whole and hands it over
+        in the first read, and discovery reads tens of thousands of them.
+        """
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            data = os.read(fd, 65536)
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+        return data.decode("utf-8", "replace")
+
+    def read_table(self, rel: str) -> str | None:
+        """A whole procfs table (mountinfo, mdstat): seq_file hands those out a
+        page per read, and a busy host's mountinfo is larger than 64 KiB."""
+        try:
+            with open(self.procfs / rel, "rb") as fh:
+                return fh.read().decode("utf-8", "replace")
+        except OSError:
+            return None
+
+    def read_sys(self, rel: str) -> str | None:
+        return self.read(self.sysfs / rel)
+
+    def read_proc(self, rel: str) -> str | None:
+        return self.read(self.procfs / rel)
+
+    def block_dir(self, name: str) -> Path:
+        """sysfs directory of a block device (``/sys/class/block/NAME`` resolves partitions too)."""
+        check_device_name(name)
+        for base in ("class/block", "block"):
+            candidate = self.sysfs / base / name
+            if candidate.exists():
+                return candidate
+        return self.sysfs / "class/block" / name
+
+    def tunable_path(self, tunable: Tunable, device: str | None,
+                     directory: Path | None = None) -> Path:
+        """Where a tunable lives; ``directory`` is the device's sysfs directory
+        when the caller has already resolved it."""
+        rel = _check_relative(tunable.path)
+        if tunable.scope == "host":
+            return self.procfs / rel
+        if device is None:
+            raise UnsafePathError(f"{tunable.name} needs a device")
+        return (directory or self.block_dir(device)) / rel
+
+    def is_writable(self, path: Path) -> bool:
+        """By mode bits: root passes access(W_OK) even on 0444 sysfs files."""
+        try:
+            mode = path.stat().st_mode
+        except OSError:
+            return False
+        return (stat.S_ISREG(mode) and bool(mode & 0o222)) or stat.S_ISFIFO(mode)
+
+    # -- the only write -----------------------------------------------------
+    def write_tunable(self, tunable: Tunable, device: str | None, text: str) -> None:
+        path = self.tunable_path(tunable, device)
+        root = self.procfs if tunable.scope == "host" else self.sysfs
+        real = Path(os.path.realpath(path))
+        real_root = Path(os.path.realpath(root))
+        if real != real_root and real_root not in real.parents:
+            raise UnsafePathError(f"{path} resolves to {real}, outside {real_root}")
+        if not real.exists():
+            raise KernelWriteError(errno.ENOENT, f"{tunable.path} does not exist", str(path))
+        try:
+            # sysfs wants the value in one write(); O_TRUNC keeps fixture files exact.
+            flags = os.O_WRONLY | (os.O_TRUNC if real.is_file() else 0)
+            fd = os.open(real, flags)
+            try:
+                os.write(fd, text.encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise KernelWriteError(
+                exc.errno or errno.EIO,
+                f"kernel refused {text!r} for {tunable.name}: {os.strerror(exc.errno or errno.EIO)}",
+                str(path),
+            ) from exc

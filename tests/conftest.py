@@ -1,0 +1,88 @@
+"""Suite-wide options and fixtures.
+
+``--update-golden`` rewrites golden files from the current output instead of
+comparing against them. Goldens are never edited by hand: regenerate, then
+review the diff like any other change.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+GOLDEN_DIR = Path(__file__).parent / "golden"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite golden files under tests/golden/ instead of comparing against them",
+    )
+
+
+@dataclass(frozen=True)
+class Golden:
+    update: bool
+
+    def check(self, rel: str, data: object) -> None:
+        """Compare ``data`` as pretty, key-sorted JSON with ``tests/golden/<rel>``."""
+        path = GOLDEN_DIR / rel
+        text = json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        if self.update:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            return
+        if not path.exists():
+            pytest.fail(f"golden file {path} is missing: run pytest --update-golden and review it")
+        expected = path.read_text(encoding="utf-8")
+        if text != expected:
+            diff = list(difflib.unified_diff(
+                expected.splitlines(), text.splitlines(), f"golden/{rel}", "actual", lineterm="",
+            ))
+            shown = "\n".join(diff[:120]) + ("\n..." if len(diff) > 120 else "")
+            pytest.fail(
+                f"output differs from golden/{rel}; if the change is intended, run"
+                f" pytest --update-golden and review the diff\n{shown}",
+                pytrace=False,
+            )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Golden:
+    return Golden(update=bool(request.config.getoption("--update-golden")))
+
+
+def _real_device_settings() -> dict[str, str]:
+    """Every writable queue/md attribute of this host's non-loop block devices."""
+    values: dict[str, str] = {}
+    for dev in sorted(Path("/sys/block").glob("*")):
+        if dev.name.startswith("loop"):
+            continue  # tests create (and restore) their own loop devices
+        for sub in ("queue", "md", "device"):
+            directory = dev / sub
+            if not directory.is_dir():
+                continue
+            for attr in sorted(directory.iterdir()):
+                try:
+                    if not attr.is_file() or not attr.stat().st_mode & 0o222:
+                        continue
+                    values[f"{dev.name}/{sub}/{attr.name}"] = attr.read_text().strip()
+                except OSError:
+                    continue
+    return values
+
+
+@pytest.fixture(scope="session", autouse=True)
+def host_devices_untouched() -> object:
+    """Fails the run if any test changed a device it did not create (vda, zram ...)."""
+    before = _real_device_settings()
+    yield
+    after = _real_device_settings()
+    changed = {k: (v, after.get(k)) for k, v in before.items() if after.get(k) != v}
+    assert not changed, f"tests changed settings of devices they did not create: {changed}"
