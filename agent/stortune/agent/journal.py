@@ -1,0 +1,428 @@
+"""Durable agent state: originals, the transaction journal, the desired state, the lock.
+
+Everything the agent must not forget across a crash, kill -9 or power loss
+lives in one state directory (``/var/lib/stortune`` in production, always
+passed in)::
+
+    lock             flock(2) target: one apply/restore/recovery at a time
+    originals.json   the value each (device_id, tunable) had before stortune first wrote it
+    desired.json     the last desired-state document the agent received
+    journal/*.jsonl  the transaction in progress (at most one while the lock is held)
+    journal/done/    finished transactions, the most recent few kept for diagnosis
+
+Whole files are replaced atomically (temp file, fsync, rename, fsync of the
+directory); the journal is append-only with an fsync after every record, so
+after a crash it ends at a record boundary or with one torn line, which is
+ignored. Nothing here touches the kernel: the executor does, and it alone
+decides what to write back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+if TYPE_CHECKING:
+    from stortune.agent.executor import RecoveryReport
+    from stortune.agent.kernelfs import KernelFS
+
+Value = int | str
+#: (device_id, tunable): the identity of an original, independent of the kernel name.
+OriginalKey = tuple[str, str]
+Outcome = Literal["commit", "rolled-back", "recovered", "abandoned"]
+
+_ORIGINALS = "originals.json"
+_DESIRED = "desired.json"
+_LOCK = "lock"
+_JOURNAL = "journal"
+_DONE = "done"
+_KEEP_DONE = 50
+
+
+class StateError(Exception):
+    """Base of the state-directory errors."""
+
+
+class StateLockedError(StateError):
+    """Another stortune process holds the state-directory lock."""
+
+
+class StateCorruptError(StateError):
+    """A state file cannot be read; it is left untouched for a human to inspect."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Original(_Model):
+    """The value a tunable had before stortune first changed it."""
+
+    device_id: str
+    device: str
+    tunable: str
+    raw: str
+    value: Value
+    recorded_at: float
+    txid: str | None = None
+
+    @property
+    def key(self) -> OriginalKey:
+        return (self.device_id, self.tunable)
+
+
+class _OriginalsDoc(_Model):
+    version: Literal[1] = 1
+    originals: list[Original] = []
+
+
+class Intent(_Model):
+    """Journaled before a write: enough to put the old value back after a crash."""
+
+    seq: int
+    device: str
+    device_id: str
+    tunable: str
+    before_raw: str
+    before_value: Value
+    after: Value | None = None
+    #: Set when this is not a planned write but a value the write of ``cause``
+    #: resets as a kernel side effect (scheduler -> nr_requests).
+    cause: str | None = None
+
+
+# -- files --------------------------------------------------------------------
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _ensure_dir(path: Path) -> Path:
+    if not path.is_dir():
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` so that a crash leaves either the old or the new content."""
+    _ensure_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    _fsync_dir(path.parent)
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise StateCorruptError(
+            f"{path}: {what} is not valid JSON ({exc}); it was left untouched: repair it or move it aside"
+        ) from exc
+
+
+# -- lock ---------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def lock(state_dir: str | Path, *, timeout: float = 0.0) -> Iterator[None]:
+    """Hold the state-directory lock, or raise StateLockedError after ``timeout`` seconds.
+
+    flock(2) is released by the kernel when the holder dies, so a crashed apply
+    never leaves a stale lock behind; the pid in the file is only for the message.
+    """
+    path = _ensure_dir(Path(state_dir)) / _LOCK
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                if time.monotonic() >= deadline:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                    raise StateLockedError(
+                        f"state directory {state_dir} is locked by another stortune process"
+                        f" (pid {holder}); wait for it to finish, or stop it, then retry"
+                    ) from None
+                time.sleep(0.05)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield
+    finally:
+        os.close(fd)
+
+
+# -- originals ------------------------------------------------------------------
+
+
+def load_originals(state_dir: str | Path) -> dict[OriginalKey, Original]:
+    path = Path(state_dir) / _ORIGINALS
+    data = _read_json(path, "the originals store")
+    if data is None:
+        return {}
+    try:
+        doc = _OriginalsDoc.model_validate(data)
+    except ValidationError as exc:
+        raise StateCorruptError(
+            f"{path}: the originals store does not match its schema ({exc.error_count()} errors);"
+            " it holds the values restore puts back, so it was left untouched:"
+            " repair it or move it aside"
+        ) from exc
+    return {o.key: o for o in doc.originals}
+
+
+def _save_originals(state_dir: str | Path, originals: Iterable[Original]) -> None:
+    doc = _OriginalsDoc(originals=sorted(originals, key=lambda o: o.key))
+    atomic_write(Path(state_dir) / _ORIGINALS, doc.model_dump_json(indent=1).encode())
+
+
+def record_original(state_dir: str | Path, original: Original) -> bool:
+    """Store ``original`` unless one exists for its key; True when it was stored.
+
+    An existing original is never replaced: by then the tunable holds a value
+    stortune wrote, which is not what restore should put back. Only the kernel
+    name is refreshed, so a renamed device is restored under its current name.
+    """
+    originals = load_originals(state_dir)
+    existing = originals.get(original.key)
+    if existing is not None:
+        if existing.device != original.device:
+            originals[original.key] = existing.model_copy(update={"device": original.device})
+            _save_originals(state_dir, originals.values())
+        return False
+    originals[original.key] = original
+    _save_originals(state_dir, originals.values())
+    return True
+
+
+def drop_originals(state_dir: str | Path, keys: Iterable[OriginalKey]) -> None:
+    drop = set(keys)
+    originals = load_originals(state_dir)
+    remaining = {k: o for k, o in originals.items() if k not in drop}
+    if len(remaining) != len(originals):
+        _save_originals(state_dir, remaining.values())
+
+
+# -- desired state ----------------------------------------------------------------
+
+
+def save_desired(state_dir: str | Path, document: Any) -> None:
+    """Store the last desired-state document (opaque JSON) for re-applying at start."""
+    atomic_write(Path(state_dir) / _DESIRED, json.dumps(document, indent=1).encode())
+
+
+def clear_desired(state_dir: str | Path) -> None:
+    """Forget the desired state (after a restore, so a restart does not re-apply it)."""
+    path = Path(state_dir) / _DESIRED
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+        _fsync_dir(path.parent)
+
+
+def load_desired(state_dir: str | Path) -> Any:
+    """The stored desired-state document, or None when none was ever saved."""
+    return _read_json(Path(state_dir) / _DESIRED, "the stored desired state")
+
+
+# -- recovery -----------------------------------------------------------------------
+
+
+def recover(
+    fs: KernelFS,
+    state_dir: str | Path,
+    *,
+    identify: Callable[[str], str | None] | None = None,
+    lock_timeout: float = 0.0,
+) -> RecoveryReport | None:
+    """Undo a transaction a crash left open; None when there was none.
+
+    The writes themselves live in the executor, the one module that writes
+    tunables; this is the entry point a starting agent calls.
+    """
+    from stortune.agent import executor  # executor imports this module
+
+    return executor.recover(fs, state_dir, identify=identify, lock_timeout=lock_timeout)
+
+
+# -- transactions -------------------------------------------------------------------
+
+
+class Transaction:
+    """An open journal file; every record is on disk before the method returns."""
+
+    def __init__(self, path: Path, txid: str, next_seq: int = 0) -> None:
+        self.path = path
+        self.txid = txid
+        self._seq = next_seq
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+
+    def _append(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":")) + "\n"
+        # One write(2) per record: a crash tears at most this last line.
+        os.write(self._fd, line.encode())
+        os.fsync(self._fd)
+
+    def intent(
+        self,
+        *,
+        device: str,
+        device_id: str,
+        tunable: str,
+        before_raw: str,
+        before_value: Value,
+        after: Value | None,
+        cause: str | None = None,
+    ) -> Intent:
+        intent = Intent(
+            seq=self._seq,
+            device=device,
+            device_id=device_id,
+            tunable=tunable,
+            before_raw=before_raw,
+            before_value=before_value,
+            after=after,
+            cause=cause,
+        )
+        self._seq += 1
+        self._append({"type": "intent", **intent.model_dump(mode="json")})
+        return intent
+
+    def done(self, intent: Intent, observed: Value | None) -> None:
+        self._append({"type": "done", "seq": intent.seq, "observed": observed})
+
+    def end(self, outcome: Outcome, **info: Any) -> None:
+        """The terminal record: from here on recovery only archives the file."""
+        self._append({"type": outcome, "time": time.time(), **info})
+
+    def close(self) -> None:
+        """Archive the journal file (call after ``end``)."""
+        os.close(self._fd)
+        archive(self.path)
+
+    def abandon(self) -> None:
+        """Close without archiving: the transaction stays pending for recovery."""
+        os.close(self._fd)
+
+
+def begin(state_dir: str | Path, what: str, *, boot_id: str | None = None) -> Transaction:
+    jdir = _ensure_dir(Path(state_dir) / _JOURNAL)
+    txid = uuid.uuid4().hex[:16]
+    # The time prefix sorts journal files oldest first.
+    path = jdir / f"{time.time_ns():020d}-{txid}.jsonl"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+    _fsync_dir(jdir)
+    tx = Transaction(path, txid)
+    tx._append(
+        {
+            "type": "begin",
+            "txid": txid,
+            "time": time.time(),
+            "pid": os.getpid(),
+            "what": what,
+            "boot_id": boot_id,
+        }
+    )
+    return tx
+
+
+@dataclass
+class Pending:
+    """A journal file still in journal/: unfinished, or finished but not yet archived."""
+
+    path: Path
+    txid: str | None = None
+    what: str | None = None
+    started: float | None = None
+    pid: int | None = None
+    boot_id: str | None = None
+    intents: list[Intent] = field(default_factory=list)
+    done: dict[int, Value | None] = field(default_factory=dict)
+    outcome: str | None = None
+    damaged: list[int] = field(default_factory=list)  # line numbers that did not parse
+
+    def resume(self) -> Transaction:
+        """Reopen for appending the terminal record."""
+        txid = self.txid or self.path.stem.rsplit("-", 1)[-1]
+        return Transaction(self.path, txid, next_seq=len(self.intents))
+
+
+def _parse(path: Path) -> Pending:
+    pending = Pending(path=path)
+    lines = path.read_bytes().split(b"\n")
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            kind = record["type"]
+            if kind == "begin":
+                pending.txid = record.get("txid")
+                pending.what = record.get("what")
+                pending.started = record.get("time")
+                pending.pid = record.get("pid")
+                pending.boot_id = record.get("boot_id")
+            elif kind == "intent":
+                pending.intents.append(
+                    Intent.model_validate({k: v for k, v in record.items() if k != "type"})
+                )
+            elif kind == "done":
+                pending.done[int(record["seq"])] = record.get("observed")
+            else:
+                pending.outcome = str(kind)
+        except (ValueError, KeyError, TypeError):
+            # A torn last line is the expected trace of a crash mid-append; the
+            # write it announced never started, so skipping it loses nothing.
+            pending.damaged.append(number)
+    return pending
+
+
+def pending(state_dir: str | Path) -> list[Pending]:
+    """Journal files left in journal/, oldest first."""
+    jdir = Path(state_dir) / _JOURNAL
+    if not jdir.is_dir():
+        return []
+    return [_parse(p) for p in sorted(jdir.glob("*.jsonl"))]
+
+
+def archive(path: Path) -> None:
+    """Move a finished journal into journal/done/, keeping the newest few."""
+    done = _ensure_dir(path.parent / _DONE)
+    os.replace(path, done / path.name)
+    _fsync_dir(path.parent)
+    for old in sorted(done.glob("*.jsonl"))[:-_KEEP_DONE]:
+        with contextlib.suppress(OSError):
+            old.unlink()
