@@ -1,0 +1,60 @@
+"""Idle RSS of `stortune-agent serve` on this machine (target: under 60 MB).
+
+Starts the agent with an empty state directory (nothing to apply, so it only
+watches for device changes), lets it settle, samples VmRSS/VmHWM a few times
+and stops it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def status(pid: int) -> dict[str, int]:
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, rest = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(rest.split()[0])  # kB
+    return out
+
+
+def measure(label: str, extra: list[str]) -> None:
+    agent = shutil.which("stortune-agent") or str(Path(sys.executable).parent / "stortune-agent")
+    state = tempfile.mkdtemp(prefix="stortune-bench-")
+    proc = subprocess.Popen([agent, "serve", "--state-dir", state, "--rescan-interval", "2", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(4)  # start-up plus one or two rescans
+        samples = []
+        for _ in range(5):
+            samples.append(status(proc.pid))
+            time.sleep(1)
+        rss = max(s["VmRSS"] for s in samples) / 1024
+        hwm = max(s["VmHWM"] for s in samples) / 1024
+        print(f"stortune-agent serve, {label}: idle RSS {rss:.1f} MiB, peak {hwm:.1f} MiB "
+              f"(target < 60 MB) [{'ok' if rss * 1.048576 < 60 else 'OVER'}]")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def main() -> int:
+    measure("standalone (hot-plug watch only)", [])
+    measure("with the gRPC agent API on 127.0.0.1", ["--listen", "127.0.0.1:0"])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

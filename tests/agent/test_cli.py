@@ -1,0 +1,158 @@
+"""stortune-agent end to end on real loop devices: plan, apply, explain, restore,
+and bad input that must change nothing on the host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+QUEUE = ("scheduler", "nr_requests", "read_ahead_kb", "max_sectors_kb")
+
+
+def queue(dev: str) -> dict[str, str]:
+    out = {}
+    for attr in QUEUE:
+        raw = (Path("/sys/block") / dev / "queue" / attr).read_text().strip()
+        if attr == "scheduler":
+            raw = next(w.strip("[]") for w in raw.split() if w.startswith("["))
+        out[attr] = raw
+    return out
+
+
+def offered(dev: str) -> list[str]:
+    return (Path("/sys/block") / dev / "queue/scheduler").read_text().replace("[", "").replace(
+        "]", "").split()
+
+
+def profile(dev: str, settings: str, name: str = "loop-test", match: str | None = None) -> str:
+    return f"""
+apiVersion: stortune/v1
+kind: StorageProfile
+metadata: {{name: {name}}}
+spec:
+  rules:
+    - name: the-loop
+      match: {match or f"{{kind: [loop], name: [{dev}]}}"}
+      settings: {settings}
+"""
+
+
+def agent(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "stortune.agent.cli", *args], input=stdin,
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture
+def loop(loop_devices: Callable[[int], list[str]]) -> str:
+    (dev,) = loop_devices(1)
+    return dev
+
+
+def other_scheduler(dev: str) -> str:
+    current = queue(dev)["scheduler"]
+    return next(s for s in offered(dev) if s not in (current, "none"))
+
+
+def test_plan_apply_plan_restore(loop: str, tmp_path: Path) -> None:
+    before = queue(loop)
+    sched = other_scheduler(loop)
+    # values that differ from whatever the device has now
+    ra = 4096 if before["read_ahead_kb"] != "4096" else 8192
+    nr = 64 if before["nr_requests"] != "64" else 32
+    ms = 256 if before["max_sectors_kb"] != "256" else 128
+    doc = tmp_path / "p.yaml"
+    doc.write_text(profile(loop, f"{{scheduler: {sched}, nr_requests: {nr}, read_ahead_kb: {ra},"
+                                 f" max_sectors_kb: {ms}}}"))
+    state = str(tmp_path / "state")
+
+    planned = agent("plan", "-f", str(doc), "-o", "json")
+    assert planned.returncode == 2, planned.stderr
+    changes = json.loads(planned.stdout)["changes"]
+    assert [c["tunable"] for c in changes] == ["scheduler", "nr_requests", "max_sectors_kb",
+                                               "read_ahead_kb"]
+
+    applied = agent("apply", "-f", str(doc), "--state-dir", state)
+    assert applied.returncode == 0, applied.stdout + applied.stderr
+    assert queue(loop) == {"scheduler": sched, "nr_requests": str(nr), "read_ahead_kb": str(ra),
+                           "max_sectors_kb": str(ms)}
+    again = agent("plan", "-f", str(doc))
+    assert again.returncode == 0, again.stdout
+
+    restored = agent("restore", "--state-dir", state)
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    assert queue(loop) == before
+
+
+def test_dropping_a_setting_restores_its_original(loop: str, tmp_path: Path) -> None:
+    before = queue(loop)
+    doc, state = tmp_path / "p.yaml", str(tmp_path / "state")
+    doc.write_text(profile(loop, "{read_ahead_kb: 1024, max_sectors_kb: 128}"))
+    assert agent("apply", "-f", str(doc), "--state-dir", state).returncode == 0
+    doc.write_text(profile(loop, "{read_ahead_kb: 2048}"))
+    assert agent("apply", "-f", str(doc), "--state-dir", state).returncode == 0
+    now = queue(loop)
+    assert now["read_ahead_kb"] == "2048" and now["max_sectors_kb"] == before["max_sectors_kb"]
+    assert agent("restore", "--state-dir", state).returncode == 0
+    assert queue(loop) == before
+
+
+@pytest.mark.parametrize(
+    ("settings", "match", "words"),
+    [
+        ("{read_ahead_kb: -4}", None, "spec.rules[0].settings.read_ahead_kb: must be >= 0"),
+        ("{read_ahead_kb: fast}", None, "spec.rules[0].settings.read_ahead_kb: must be an integer"),
+        ("{nr_requests: 5000}", None, "spec.rules[0].settings.nr_requests: must be <= 2048"),
+        ("{read_ahead_kb: 512, turbo: 1}", None, "spec.rules[0].settings.turbo: unknown field"),
+        ("{read_ahead_kb: 512}", "{kind: [tape]}", "spec.rules[0].match.kind[0]"),
+        ("{read_ahead_kb: 512}", "{name: ['../vda']}", "spec.rules[0].match.name"),
+        ("{read_ahead_kb: 512, scheduler: warp-drive}", None,
+         "scheduler 'warp-drive' is not offered by this kernel"),
+        ("{read_ahead_kb: 512, max_sectors_kb: 1048576}", None,
+         "max_sectors_kb 1048576 exceeds max_hw_sectors_kb"),
+    ],
+)
+def test_bad_input_is_named_and_changes_nothing(loop: str, tmp_path: Path, settings: str,
+                                                match: str | None, words: str) -> None:
+    before = queue(loop)
+    doc = tmp_path / "bad.yaml"
+    doc.write_text(profile(loop, settings, match=match))
+    result = agent("apply", "-f", str(doc), "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 1
+    assert words in result.stderr + result.stdout
+    assert queue(loop) == before
+    assert not (tmp_path / "state" / "desired.json").exists()
+
+
+def test_not_a_storage_profile(tmp_path: Path) -> None:
+    doc = tmp_path / "cm.yaml"
+    doc.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {}\n")
+    result = agent("plan", "-f", str(doc))
+    assert result.returncode == 1
+    assert "kind: 'ConfigMap' is not a StorageProfile document" in result.stderr
+
+
+def test_explain_and_udev_rules(loop: str, tmp_path: Path) -> None:
+    doc = tmp_path / "p.yaml"
+    doc.write_text(profile(loop, "{read_ahead_kb: 4096}") + "    - name: disks-only\n"
+                   "      match: {kind: [disk]}\n      settings: {read_ahead_kb: 64}\n")
+    explained = agent("explain", "-f", str(doc))
+    assert explained.returncode == 0, explained.stderr
+    assert "loop-test/the-loop" in explained.stdout
+    assert "kind loop is not one of ['disk']" in explained.stdout
+    rules = agent("udev-rules", "-f", str(doc))
+    assert rules.returncode == 0, rules.stderr
+    line = next(x for x in rules.stdout.splitlines() if (loop in x and not x.startswith("#"))
+                or f'KERNEL=="{loop}"' in x)
+    assert 'ATTR{queue/read_ahead_kb}="4096"' in line
+
+
+def test_topology_outputs() -> None:
+    for fmt in ("json", "yaml", "table"):
+        result = agent("topology", "-o", fmt)
+        assert result.returncode == 0, result.stderr
+        assert "vda" in result.stdout

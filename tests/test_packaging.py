@@ -1,0 +1,49 @@
+"""The wheel installs into a fresh venv with only `stortune` at the top level,
+and its console scripts run there."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
+    dist = tmp_path / "dist"
+    subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",
+                    str(dist), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = dist.glob("stortune-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        tops = {n.split("/")[0] for n in zf.namelist()}
+    assert tops == {"stortune", wheel.name.split("-")[0] + "-" + wheel.name.split("-")[1]
+                    + ".dist-info"}, tops
+
+    env_dir = tmp_path / "venv"
+    # --system-site-packages would hide a missing dependency; a clean venv proves the metadata.
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = env_dir / "bin" / "python"
+    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    str(wheel)], check=True, capture_output=True, timeout=600)
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    for bare in ("server", "agent", "schemas", "proto", "tests"):
+        assert not (Path(site) / bare).exists(), f"wheel installs a bare top-level {bare!r}"
+    probe = subprocess.run(
+        [str(py), "-c", "import importlib.util as u; print([m for m in ('agent','schemas','server')"
+                        " if u.find_spec(m)])"],
+        check=True, capture_output=True, text=True, cwd=tmp_path)
+    assert probe.stdout.strip() == "[]"
+
+    agent = env_dir / "bin" / "stortune-agent"
+    out = subprocess.run([str(agent), "--help"], check=True, capture_output=True, text=True)
+    assert "topology" in out.stdout
+    out = subprocess.run([str(agent), "topology", "-o", "json"], check=True, capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert '"devices"' in out.stdout
