@@ -1,0 +1,315 @@
+"""Registering this agent with the control plane and keeping its lease.
+
+Plain JSON over HTTP with the standard library, so the agent stays small::
+
+    POST {server}/api/v1/agents/register
+         {name, address, labels, facts, topology, topology_hash}
+      -> {name, heartbeat_interval_s, lease_duration_s, topology_wanted}
+    POST {server}/api/v1/agents/{name}/heartbeat    {topology_hash, boot_id}
+      -> {topology_wanted, heartbeat_interval_s}     (404: unknown agent, register again)
+    PUT  {server}/api/v1/agents/{name}/topology     {topology, topology_hash}
+
+Heartbeats are small; the topology is sent only when its structure hash
+changed or the server asks for it. Every failure is retried with exponential
+backoff and full jitter (so a fleet that lost the server does not come back
+in lock step), and logged once per change of state, not once per attempt.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import random
+import socket
+import ssl
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from stortune.agent import local
+from stortune.agent.kernelfs import KernelFS
+from stortune.schemas.topology import Topology
+
+log = logging.getLogger("stortune.agent.registration")
+
+DEFAULT_HEARTBEAT_S = 30.0
+MIN_HEARTBEAT_S = 0.1  # a server bug answering 0 must not turn into a busy loop
+
+
+@dataclass(frozen=True)
+class RegistrationConfig:
+    server: str  # base URL, http(s)://host:port[/prefix]
+    name: str
+    address: str  # where the control plane reaches this agent's gRPC API
+    labels: Mapping[str, str] = field(default_factory=dict)
+    #: Upper bound on the heartbeat interval; the server's interval otherwise.
+    heartbeat: float | None = None
+    timeout: float = 10.0
+    backoff_base: float = 1.0
+    backoff_cap: float = 30.0
+    agent_version: str = "0+unknown"
+
+
+class _Failed(Exception):
+    """The server did not accept a request; retry with backoff."""
+
+
+class _Gone(Exception):
+    """The server does not know this agent (404): register again."""
+
+
+def backoff_delay(attempt: int, base: float, cap: float,
+                  uniform: Callable[[float, float], float] = random.uniform) -> float:
+    """Full jitter: uniform over [0, min(cap, base * 2**(attempt-1))], attempt >= 1."""
+    return uniform(0.0, min(cap, base * 2.0 ** min(attempt - 1, 32)))
+
+
+def host_facts(fs: KernelFS, agent_version: str) -> dict[str, Any]:
+    info = local.host_info(fs)
+    mem_bytes: int | None = None
+    for line in (fs.read_proc("meminfo") or "").splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            if len(parts) >= 2 and parts[1].isdigit():
+                mem_bytes = int(parts[1]) * 1024
+            break
+    return {
+        "kernel": info.get("kernel", ""),
+        "agent_version": agent_version,
+        "boot_id": info.get("boot_id", ""),
+        "hostname": info.get("hostname", ""),
+        "cpu_count": os.cpu_count(),
+        "mem_bytes": mem_bytes,
+    }
+
+
+def default_name(fs: KernelFS) -> str:
+    return (local.host_info(fs).get("hostname") or socket.gethostname()).strip().lower()
+
+
+def _reason(exc: BaseException) -> str:
+    """A short, stable description of a transport failure."""
+    if isinstance(exc, urllib.error.URLError) and isinstance(exc.reason, BaseException):
+        return _reason(exc.reason)
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused"
+    if isinstance(exc, ConnectionResetError):
+        return "connection reset"
+    if isinstance(exc, TimeoutError | socket.timeout):
+        return "timed out"
+    if isinstance(exc, socket.gaierror):
+        return f"name resolution failed ({exc.strerror})"
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS error ({exc.reason or exc})"
+    if isinstance(exc, http.client.RemoteDisconnected):
+        return "connection closed by the server"
+    if isinstance(exc, urllib.error.URLError):
+        return str(exc.reason)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _excerpt(body: bytes) -> str:
+    text = body.decode("utf-8", "replace").strip().replace("\n", " ")
+    return text[:200] + ("..." if len(text) > 200 else "")
+
+
+class Registrar:
+    """Registers, heartbeats and sends topology updates until ``stop()``; never raises.
+
+    ``discover`` returns a fresh topology (for register and topology updates);
+    ``topology_hash`` returns the latest known structure hash cheaply (the
+    device loop keeps it current). ``poke()`` asks for an early heartbeat,
+    e.g. after a hot-plug; it is ignored while backing off.
+    """
+
+    def __init__(self, config: RegistrationConfig, *, facts: Callable[[], dict[str, Any]],
+                 discover: Callable[[], Topology], topology_hash: Callable[[], str],
+                 boot_id: str, uniform: Callable[[float, float], float] = random.uniform) -> None:
+        if not config.server.startswith(("http://", "https://")):
+            raise ValueError(f"server URL {config.server!r} must start with http:// or https://")
+        self.config = config
+        self._base = config.server.rstrip("/")
+        self._facts = facts
+        self._discover = discover
+        self._topology_hash = topology_hash
+        self._boot_id = boot_id
+        self._uniform = uniform
+        self._opener = urllib.request.build_opener()
+        self._wake = threading.Event()
+        self._stopped = threading.Event()
+        self._poked = False
+        self._state = "starting"
+        #: The name the server registered us under; None until registered.
+        self.name: str | None = None
+        self.interval = config.heartbeat or DEFAULT_HEARTBEAT_S
+        self.lease: float | None = None
+        self._sent_hash: str | None = None
+
+    # -- control --------------------------------------------------------------
+    def stop(self) -> None:
+        self._stopped.set()
+        self._wake.set()
+
+    def poke(self) -> None:
+        self._poked = True
+        self._wake.set()
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    def run(self) -> None:
+        failures = 0
+        delay = 0.0
+        while self._sleep(delay):
+            try:
+                if self.name is None:
+                    self._register()
+                else:
+                    self._heartbeat()
+            except _Gone as exc:
+                self.name = None
+                self._transition("lost", logging.WARNING,
+                                 f"control plane {self._base} {exc}: registering again")
+                delay = 0.0
+                continue
+            except _Failed as exc:
+                failures += 1
+                delay = backoff_delay(failures, self.config.backoff_base, self.config.backoff_cap,
+                                      self._uniform)
+                self._transition("failing", logging.WARNING,
+                                 f"control plane {self._base}: {exc}; retrying with backoff"
+                                 f" (at most {self.config.backoff_cap:g} s apart)")
+                log.debug("attempt %d failed (%s); next in %.2f s", failures, exc, delay)
+                continue
+            except Exception:
+                # A bug here must not take the agent's API down with it.
+                failures += 1
+                delay = backoff_delay(failures, self.config.backoff_base, self.config.backoff_cap,
+                                      self._uniform)
+                log.exception("registration loop error; retrying in %.1f s", delay)
+                continue
+            if failures:
+                log.info("control plane %s reachable again after %d failed attempt(s)",
+                         self._base, failures)
+            failures = 0
+            delay = self.interval
+
+    def _sleep(self, delay: float) -> bool:
+        """Wait ``delay`` s, less if poked while registered; False once stopped."""
+        deadline = time.monotonic() + delay
+        while not self._stopped.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return True
+            if self._wake.wait(remaining):
+                self._wake.clear()
+                if self._poked and self._state == "registered":
+                    self._poked = False
+                    return not self._stopped.is_set()
+        return False
+
+    def _transition(self, state: str, level: int, message: str) -> None:
+        if state != self._state:
+            log.log(level, "%s", message)
+        self._state = state
+
+    # -- the three calls -------------------------------------------------------
+    def _register(self) -> None:
+        topology = self._discover()
+        topology_hash = topology.structure_hash()
+        body = {
+            "name": self.config.name, "address": self.config.address,
+            "labels": dict(self.config.labels), "facts": self._facts(),
+            "topology": topology.model_dump(mode="json"), "topology_hash": topology_hash,
+        }
+        status, data = self._call("POST", "/api/v1/agents/register", body, "register")
+        if status == 404:
+            raise _Failed(f"register: HTTP 404 from {self._base}/api/v1/agents/register"
+                          " (is --server the control plane's base URL?)")
+        name = data.get("name")
+        self.name = name if isinstance(name, str) and name else self.config.name
+        self._sent_hash = topology_hash
+        self._timing(data)
+        self._poked = False
+        self._transition("registered", logging.INFO,
+                         f"registered with {self._base} as {self.name!r} ({self.config.address});"
+                         f" heartbeat every {self.interval:g} s")
+
+    def _heartbeat(self) -> None:
+        topology_hash = self._topology_hash()
+        status, data = self._call("POST", f"/api/v1/agents/{self._quoted()}/heartbeat",
+                                  {"topology_hash": topology_hash, "boot_id": self._boot_id},
+                                  "heartbeat")
+        if status == 404:
+            raise _Gone("answered 404 to the heartbeat: it does not know this agent")
+        self._timing(data)
+        self._transition("registered", logging.DEBUG, f"heartbeat accepted by {self._base}")
+        if data.get("topology_wanted") is True or topology_hash != self._sent_hash:
+            self._send_topology()
+
+    def _send_topology(self) -> None:
+        topology = self._discover()
+        topology_hash = topology.structure_hash()
+        status, _ = self._call("PUT", f"/api/v1/agents/{self._quoted()}/topology",
+                               {"topology": topology.model_dump(mode="json"),
+                                "topology_hash": topology_hash}, "topology update")
+        if status == 404:
+            raise _Gone("answered 404 to the topology update: it does not know this agent")
+        self._sent_hash = topology_hash
+        log.info("sent topology %s to %s", topology_hash, self._base)
+
+    def _quoted(self) -> str:
+        return urllib.parse.quote(self.name or self.config.name, safe="")
+
+    def _timing(self, data: Mapping[str, Any]) -> None:
+        interval = data.get("heartbeat_interval_s")
+        lease = data.get("lease_duration_s")
+        if isinstance(lease, int | float) and not isinstance(lease, bool) and lease > 0:
+            self.lease = float(lease)
+        if isinstance(interval, int | float) and not isinstance(interval, bool) and interval > 0:
+            chosen = float(interval)
+            if self.config.heartbeat:
+                chosen = min(chosen, self.config.heartbeat)
+            if self.lease:
+                chosen = min(chosen, self.lease / 2)  # one lost heartbeat must not expire the lease
+            self.interval = max(MIN_HEARTBEAT_S, chosen)
+
+    def _call(self, method: str, path: str, body: Mapping[str, Any],
+              what: str) -> tuple[int, dict[str, Any]]:
+        """(status, JSON object) for 2xx and 404; any other outcome raises _Failed."""
+        # The scheme was checked in __init__: http(s) only, never file: or custom ones.
+        request = urllib.request.Request(  # noqa: S310
+            self._base + path, data=json.dumps(body).encode(), method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json",
+                     "User-Agent": f"stortune-agent/{self.config.agent_version}"},
+        )
+        try:
+            with self._opener.open(request, timeout=self.config.timeout) as response:
+                status, raw = response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            with exc:
+                raw = exc.read()
+            if exc.code == 404:
+                return 404, {}
+            raise _Failed(f"{what}: HTTP {exc.code} {exc.reason}: {_excerpt(raw)}") from None
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise _Failed(f"{what}: {_reason(exc)}") from None
+        if not 200 <= status < 300:
+            raise _Failed(f"{what}: HTTP {status}: {_excerpt(raw)}")
+        if not raw.strip():
+            return status, {}
+        try:
+            data = json.loads(raw)
+        except ValueError:
+            raise _Failed(f"{what}: response is not JSON: {_excerpt(raw)}") from None
+        if not isinstance(data, dict):
+            raise _Failed(f"{what}: expected a JSON object, got {type(data).__name__}")
+        return status, data

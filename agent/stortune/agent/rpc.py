@@ -1,0 +1,243 @@
+"""The agent's gRPC service: the control plane's view of this host.
+
+Each call runs the same local operations as the CLI (``stortune.agent.local``),
+so what the control plane sees and does is exactly what ``stortune-agent
+plan/apply/restore`` would see and do here. Messages are converted by
+``stortune.api.agent.wire``; nothing here touches protobuf fields.
+
+Only serve mode imports this module (it pulls in grpc).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+
+from stortune.agent import local
+from stortune.agent.journal import StateError, StateLockedError
+from stortune.agent.kernelfs import KernelFS
+from stortune.api.agent import wire
+from stortune.api.agent.wire import BENCHMARK_STATES, BenchmarkProgress, HostInfo
+from stortune.schemas.documents import DocumentError
+
+log = logging.getLogger("stortune.agent.rpc")
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+
+
+def agent_version() -> str:
+    try:
+        return metadata.version("stortune")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+# -- benchmark runs ------------------------------------------------------------------
+@dataclass
+class _Run:
+    progress: BenchmarkProgress
+    version: int
+
+
+class BenchmarkRegistry:
+    """The benchmark runs of this agent and each one's latest progress.
+
+    A runner publishes progress; WatchBenchmark streams it. Watchers see the
+    latest state, not every update (progress is level-like: a slow watcher
+    skips intermediate percentages but never the final state). Finished runs
+    are kept for a while so a watcher arriving just after the end still gets
+    the outcome.
+    """
+
+    def __init__(self, keep_finished: int = 32) -> None:
+        self._cond = threading.Condition()
+        self._runs: OrderedDict[str, _Run] = OrderedDict()
+        self._keep = keep_finished
+        self._closed = False
+
+    def publish(self, progress: BenchmarkProgress) -> None:
+        if progress.state not in BENCHMARK_STATES:
+            raise ValueError(f"benchmark state {progress.state!r} is not one of "
+                             f"{', '.join(BENCHMARK_STATES)}")
+        with self._cond:
+            run = self._runs.get(progress.run_id)
+            if run is None:
+                self._runs[progress.run_id] = _Run(progress, 0)
+            else:
+                run.progress, run.version = progress, run.version + 1
+            self._evict()
+            self._cond.notify_all()
+
+    def _evict(self) -> None:
+        finished = [rid for rid, run in self._runs.items() if run.progress.finished]
+        for rid in finished[: max(0, len(finished) - self._keep)]:
+            del self._runs[rid]
+
+    def get(self, run_id: str) -> BenchmarkProgress | None:
+        with self._cond:
+            run = self._runs.get(run_id)
+            return run.progress if run else None
+
+    def wake(self) -> None:
+        """Make watchers re-check their stop condition (a cancelled RPC)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """End every watch (shutdown)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def watch(self, run_id: str, active: Callable[[], bool] = lambda: True,
+              poll: float = 1.0) -> Iterator[BenchmarkProgress]:
+        """The current progress, then each newer one, until the run finishes.
+
+        Ends early when ``active()`` turns false or the registry closes.
+        ``poll`` bounds how long a missed wake-up can delay noticing that.
+        """
+        seen = -1
+        while True:
+            with self._cond:
+                while True:
+                    run = self._runs.get(run_id)
+                    if self._closed or not active() or run is None:
+                        return
+                    if run.version != seen:
+                        break
+                    self._cond.wait(poll)
+                seen, progress = run.version, run.progress
+            yield progress  # outside the lock: a slow client must not block publishers
+            if progress.finished:
+                return
+
+
+# -- the service ---------------------------------------------------------------------
+def _status_errors(
+    method: Callable[[AgentService, _Req, grpc.ServicerContext], _Resp],
+) -> Callable[[AgentService, _Req, grpc.ServicerContext], _Resp]:
+    """Map what a local operation raises to a gRPC status with a message that says what to fix."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def wrapper(self: AgentService, request: _Req, context: grpc.ServicerContext) -> _Resp:
+        try:
+            return method(self, request, context)
+        except (DocumentError, wire.WireError) as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid {name} request:\n{exc}")
+        except StateLockedError as exc:
+            # Someone ran `stortune-agent apply` by hand: retrying shortly is right.
+            context.abort(grpc.StatusCode.ABORTED, str(exc))
+        except (local.AgentError, StateError) as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except Exception as exc:
+            log.exception("%s failed", name)
+            context.abort(grpc.StatusCode.INTERNAL, f"{name} failed on the agent: "
+                                                     f"{type(exc).__name__}: {exc}")
+
+    return wrapper
+
+
+class AgentService(wire.AgentServiceServicer):
+    """AgentService over ``local``; applies and restores are serialised.
+
+    ``apply_lock`` is shared with the hot-plug loop of ``serve``: the journal's
+    flock is per open file, so two threads of this process would otherwise
+    get in each other's way as if they were two processes.
+    """
+
+    def __init__(self, fs: KernelFS, state_dir: Path, *,
+                 apply_lock: threading.Lock | None = None,
+                 benchmarks: BenchmarkRegistry | None = None,
+                 started_unix: int | None = None) -> None:
+        self.fs = fs
+        self.state_dir = state_dir
+        self.apply_lock = apply_lock or threading.Lock()
+        self.benchmarks = benchmarks or BenchmarkRegistry()
+        self._version = agent_version()
+        self._started = int(time.time()) if started_unix is None else started_unix
+
+    @contextlib.contextmanager
+    def _serialised(self, context: grpc.ServicerContext) -> Iterator[None]:
+        with self.apply_lock:
+            # A caller that gave up while we waited has moved on (and may have
+            # sent a newer request): acting on this one now would be stale.
+            if not context.is_active():
+                context.abort(grpc.StatusCode.CANCELLED, "the caller gave up while the agent was busy")
+            yield
+
+    def host(self) -> HostInfo:
+        info = local.host_info(self.fs)
+        return HostInfo(hostname=info.get("hostname", ""), kernel=info.get("kernel", ""),
+                        boot_id=info.get("boot_id", ""), agent_version=self._version,
+                        agent_started_unix=self._started)
+
+    @_status_errors
+    def GetTopology(self, request: wire.GetTopologyRequest,
+                    context: grpc.ServicerContext) -> wire.GetTopologyResponse:
+        topology = local.discover(self.fs)
+        return wire.topology_response(self.host(), topology, topology.structure_hash())
+
+    @_status_errors
+    def GetObserved(self, request: wire.GetObservedRequest,
+                    context: grpc.ServicerContext) -> wire.GetObservedResponse:
+        observed, topology_hash = local.observed(self.fs)
+        return wire.observed_response(self.host(), observed, topology_hash)
+
+    @_status_errors
+    def Plan(self, request: wire.PlanRequest, context: grpc.ServicerContext) -> wire.PlanResponse:
+        profiles = wire.plan_request_profiles(request)
+        planned = local.plan(self.fs, profiles)
+        return wire.plan_response(self.host(), planned.plan, planned.topology.structure_hash())
+
+    @_status_errors
+    def Apply(self, request: wire.ApplyRequest, context: grpc.ServicerContext) -> wire.ApplyResponse:
+        call = wire.apply_call(request)
+        names = ", ".join(p.metadata.name for p in call.profiles) or "(none)"
+        with self._serialised(context):
+            log.info("apply %s: profiles %s", call.request_id or "-", names)
+            report = local.converge(self.fs, call.profiles, self.state_dir, call.generations)
+            # Planned again so the control plane records what is in sync now,
+            # what audit profiles would change, and what was skipped.
+            after = local.plan(self.fs, call.profiles)
+        if not report.ok:
+            log.warning("apply %s failed: %s", call.request_id or "-", report.title)
+        return wire.apply_response(
+            info=self.host(), ok=report.ok, report=report, plan=after.plan,
+            applied_generations=call.generations if report.ok else {},
+            request_id=call.request_id, topology_hash=after.topology.structure_hash(),
+        )
+
+    @_status_errors
+    def Restore(self, request: wire.RestoreRequest,
+                context: grpc.ServicerContext) -> wire.RestoreResponse:
+        only = wire.restore_keys(request)
+        with self._serialised(context):
+            report = local.restore(self.fs, self.state_dir, only)
+        return wire.restore_response(self.host(), report.ok, report)
+
+    def WatchBenchmark(self, request: wire.WatchBenchmarkRequest,
+                       context: grpc.ServicerContext) -> Iterator[wire.BenchmarkProgressMessage]:
+        # Not under _status_errors: a generator's errors surface on iteration.
+        try:
+            run_id = wire.watch_run_id(request)
+        except wire.WireError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if self.benchmarks.get(run_id) is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no benchmark run {run_id!r} on this agent")
+        # Wakes the watch as soon as the client cancels or the server stops.
+        context.add_callback(self.benchmarks.wake)
+        for progress in self.benchmarks.watch(run_id, context.is_active):
+            yield wire.progress_message(progress)

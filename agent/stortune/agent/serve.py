@@ -1,0 +1,246 @@
+"""``stortune-agent serve --listen ADDR [--server URL]``: the managed agent.
+
+Runs three things until SIGTERM/SIGINT:
+
+* the gRPC AgentService on ADDR (``rpc.AgentService``);
+* with ``--server``, the registration loop: register, heartbeat, topology
+  updates (``registration.Registrar``);
+* the hot-plug loop of ``daemon``: re-apply the stored desired state when the
+  device graph changes, so a new disk or a reboot does not lose settings even
+  while the control plane is down.
+
+Apply/restore from the API and the hot-plug re-apply share one lock. This
+module imports grpc; the CLI imports it only for this command, which keeps the
+other commands (and the standalone daemon) light.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+
+import grpc
+
+from stortune.agent import daemon, local
+from stortune.agent.journal import StateError
+from stortune.agent.kernelfs import KernelFS
+from stortune.agent.registration import Registrar, RegistrationConfig, default_name, host_facts
+from stortune.agent.rpc import AgentService, BenchmarkRegistry, agent_version
+from stortune.api.agent import wire
+
+log = logging.getLogger("stortune.agent.serve")
+
+# Recognised in --listen to pick an address to advertise; nothing binds to them here.
+_WILDCARD_HOSTS = {"", "0.0.0.0", "[::]", "::", "*"}  # noqa: S104
+
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", 16 << 20),
+    ("grpc.max_send_message_length", 64 << 20),
+    # gRPC's default SO_REUSEPORT would let a second agent bind the same port silently.
+    ("grpc.so_reuseport", 0),
+    # Accept the control plane's keepalive pings during long WatchBenchmark streams.
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 30_000),
+)
+
+
+class ServeError(local.AgentError):
+    """The agent cannot start (address in use, bad address)."""
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    listen: str
+    server: str | None = None
+    name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    heartbeat: float | None = None
+    advertise: str | None = None
+    rescan_interval: float = 30.0
+    grace: float = 5.0
+    backoff_base: float = 1.0
+    backoff_cap: float = 30.0
+    workers: int = 10
+
+
+def _with_port(address: str, port: int) -> str:
+    host, sep, _ = address.rpartition(":")
+    if not sep:
+        raise ServeError(f"address {address!r} must be HOST:PORT")
+    return f"{host}:{port}"
+
+
+def advertised_address(bound: str, advertise: str | None) -> str:
+    """What the control plane should dial: --advertise, else the bound address with a
+    wildcard host replaced by this host's name."""
+    port = int(bound.rpartition(":")[2])
+    if advertise:
+        return _with_port(advertise, port) if advertise.endswith(":0") else advertise
+    host = bound.rpartition(":")[0]
+    if host in _WILDCARD_HOSTS:
+        host = socket.getfqdn()
+    return f"{host}:{port}"
+
+
+class Agent:
+    """The running pieces of a managed agent; ``start()`` then ``stop()``."""
+
+    def __init__(self, fs: KernelFS, state_dir: Path, options: ServeOptions, *,
+                 benchmarks: BenchmarkRegistry | None = None) -> None:
+        self.fs = fs
+        self.state_dir = state_dir
+        self.options = options
+        self.benchmarks = benchmarks or BenchmarkRegistry()
+        self.apply_lock = threading.Lock()
+        self.service = AgentService(fs, state_dir, apply_lock=self.apply_lock,
+                                    benchmarks=self.benchmarks)
+        self.registrar: Registrar | None = None
+        self.address = ""  # bound HOST:PORT, known after start()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._server: grpc.Server | None = None
+        self._hash = ""
+
+    def start(self) -> str:
+        """Converge, listen, register, watch devices; -> the bound address."""
+        self._converge_at_start()
+        self._hash = local.discover(self.fs).structure_hash()
+        self._server = self._listen()
+        if self.options.server:
+            self.registrar = self._registrar(self.options.server)
+            self._spawn("stortune-registration", self.registrar.run)
+        self._spawn("stortune-devices", self._watch_devices)
+        return self.address
+
+    def _converge_at_start(self) -> None:
+        with self.apply_lock:
+            try:
+                recovered = local.recover(self.fs, self.state_dir)
+                if recovered:
+                    log.warning("finished an interrupted transaction: %s", recovered)
+                daemon.converge(self.fs, self.state_dir)
+            except Exception as exc:
+                # Serving anyway lets the control plane see and fix the host.
+                log.error("re-applying the stored desired state failed: %s", exc)
+
+    def _listen(self) -> grpc.Server:
+        server = grpc.server(
+            ThreadPoolExecutor(max_workers=self.options.workers, thread_name_prefix="stortune-rpc"),
+            options=SERVER_OPTIONS,
+        )
+        wire.add_servicer(self.service, server)
+        try:
+            port = server.add_insecure_port(self.options.listen)
+        except RuntimeError as exc:
+            port, cause = 0, f": {exc}"
+        else:
+            cause = ""
+        if port == 0:
+            raise ServeError(f"cannot listen on {self.options.listen}{cause}"
+                             " (address in use, or not a local address?)")
+        server.start()
+        self.address = _with_port(self.options.listen, port)
+        log.info("agent API listening on %s (plaintext gRPC)", self.address)
+        return server
+
+    def _registrar(self, url: str) -> Registrar:
+        version = agent_version()
+        config = RegistrationConfig(
+            server=url, name=self.options.name or default_name(self.fs),
+            address=advertised_address(self.address, self.options.advertise),
+            labels=dict(self.options.labels), heartbeat=self.options.heartbeat,
+            backoff_base=self.options.backoff_base, backoff_cap=self.options.backoff_cap,
+            agent_version=version,
+        )
+        return Registrar(config, facts=lambda: host_facts(self.fs, version),
+                         discover=lambda: local.discover(self.fs),
+                         topology_hash=lambda: self._hash,
+                         boot_id=local.host_info(self.fs).get("boot_id", ""))
+
+    def _spawn(self, name: str, target: Callable[[], None]) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
+        thread.start()
+        self._threads.append(thread)
+
+    def _watch_devices(self) -> None:
+        """daemon.run's loop, waking at least once a second so stop() is prompt."""
+        interval = self.options.rescan_interval
+        waiter = daemon.make_waiter(self.fs, self._stop)
+        next_scan = time.monotonic() + interval
+        while not self._stop.is_set():
+            event = waiter.wait(max(0.0, min(1.0, next_scan - time.monotonic())))
+            if self._stop.is_set():
+                break
+            if not event and time.monotonic() < next_scan:
+                continue
+            next_scan = time.monotonic() + interval
+            try:
+                current = local.discover(self.fs).structure_hash()
+                if current == self._hash and not event:
+                    continue
+                log.info("device graph changed (%s -> %s): converging", self._hash, current)
+                self._hash = current
+                with self.apply_lock:
+                    daemon.converge(self.fs, self.state_dir)
+            except (local.AgentError, StateError) as exc:
+                log.error("re-apply after a device change failed: %s", exc)
+            except Exception:
+                log.exception("device rescan failed; trying again at the next one")
+            if self.registrar is not None:
+                self.registrar.poke()
+
+    def stop(self) -> None:
+        """Stop registering and watching, then the API (in-flight calls get ``grace`` s)."""
+        self._stop.set()
+        if self.registrar is not None:
+            self.registrar.stop()
+        self.benchmarks.close()
+        for thread in self._threads:
+            thread.join(timeout=self.options.grace + 15)
+            if thread.is_alive():
+                log.warning("%s did not stop in time", thread.name)
+        if self._server is not None:
+            self._server.stop(self.options.grace).wait(self.options.grace + 5)
+            self._server = None
+        log.info("agent stopped")
+
+
+@contextlib.contextmanager
+def _signals(stop: threading.Event) -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def _handler(signum: int, _frame: FrameType | None) -> None:
+        log.info("signal %d: stopping", signum)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, _handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run(fs: KernelFS, state_dir: Path, options: ServeOptions,
+        stop: threading.Event | None = None) -> int:
+    """Serve until ``stop`` is set or SIGTERM/SIGINT arrives; 0 on a clean stop."""
+    stop = stop or threading.Event()
+    agent = Agent(fs, state_dir, options)
+    with _signals(stop):
+        try:
+            agent.start()
+            while not stop.wait(1.0):
+                pass
+        finally:
+            agent.stop()
+    return 0

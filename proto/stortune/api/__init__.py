@@ -1,0 +1,1 @@
+"""The stortune wire APIs: protobuf contracts and their conversions."""

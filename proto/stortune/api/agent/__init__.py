@@ -1,0 +1,1 @@
+"""The host agent API. ``wire`` is the only module that touches the generated code in ``v1``."""

@@ -1,0 +1,350 @@
+"""Conversions between the agent API's wire messages and stortune's domain models.
+
+This is the only module that imports the generated protobuf/gRPC code
+(``stortune.api.agent.v1``); the agent's servicer (``stortune.agent.rpc``) and
+the control plane's client (``stortune.server.agentclient``) go through it, so
+a regenerated stub or a new field changes one file.
+
+Documents travel as JSON of the pydantic models in ``stortune.schemas``.
+Decoding validates them here, so a malformed message fails at the boundary
+with the field it came in (``WireError``, or ``DocumentError`` for profiles,
+whose messages carry the field path inside the document).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, TypeVar
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from stortune.api.agent.v1 import agent_pb2 as pb
+from stortune.api.agent.v1 import agent_pb2_grpc as pb_grpc
+from stortune.schemas.documents import DocumentError, Problem, duplicate_names, parse_profile
+from stortune.schemas.plan import Plan
+from stortune.schemas.profile import StorageProfile
+from stortune.schemas.topology import Topology, TunableState
+
+if TYPE_CHECKING:
+    import grpc
+    import grpc.aio
+
+# -- generated names the servicer and the client need -------------------------
+AgentServiceServicer = pb_grpc.AgentServiceServicer
+AgentServiceStub = pb_grpc.AgentServiceStub
+add_AgentServiceServicer_to_server = pb_grpc.add_AgentServiceServicer_to_server
+SERVICE_NAME: Final[str] = pb.DESCRIPTOR.services_by_name["AgentService"].full_name
+
+
+def add_servicer(servicer: pb_grpc.AgentServiceServicer, server: grpc.Server) -> None:
+    """Register an AgentService implementation on a (sync) grpc server."""
+    pb_grpc.add_AgentServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+
+
+def agent_stub(channel: grpc.Channel | grpc.aio.Channel) -> Any:
+    """The generated client stub; its methods take and return the message classes below."""
+    return pb_grpc.AgentServiceStub(channel)  # type: ignore[no-untyped-call]
+
+# Message classes, for annotations in rpc.py and agentclient.py; their fields
+# are read and written only below.
+HostInfoMessage = pb.HostInfo
+GetTopologyRequest = pb.GetTopologyRequest
+GetTopologyResponse = pb.GetTopologyResponse
+GetObservedRequest = pb.GetObservedRequest
+GetObservedResponse = pb.GetObservedResponse
+PlanRequest = pb.PlanRequest
+PlanResponse = pb.PlanResponse
+ApplyRequest = pb.ApplyRequest
+ApplyResponse = pb.ApplyResponse
+RestoreRequest = pb.RestoreRequest
+RestoreResponse = pb.RestoreResponse
+WatchBenchmarkRequest = pb.WatchBenchmarkRequest
+BenchmarkProgressMessage = pb.BenchmarkProgress
+
+# -- domain side ---------------------------------------------------------------
+#: {device name (or "host"): {tunable: state}}
+Observed = dict[str, dict[str, TunableState]]
+#: (device_id, tunable): what Restore can be limited to.
+SettingKey = tuple[str, str]
+
+BENCHMARK_STATES: Final = ("queued", "running", "done", "failed", "cancelled")
+TERMINAL_BENCHMARK_STATES: Final = frozenset({"done", "failed", "cancelled"})
+
+_OBSERVED: Final = TypeAdapter(Observed)
+_M = TypeVar("_M", bound=BaseModel)
+
+
+class WireError(ValueError):
+    """A message whose content cannot be decoded; names the field."""
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    hostname: str
+    kernel: str
+    boot_id: str
+    agent_version: str = ""
+    agent_started_unix: int = 0
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    ok: bool
+    #: The agent's report (title, ok, rows, messages) as JSON data.
+    report: dict[str, Any]
+    #: Planned again after the apply: in sync unless ``ok`` is false or audit
+    #: profiles report differences; rejections say what was skipped.
+    plan: Plan
+    #: profile name -> generation now implemented; empty when ``ok`` is false.
+    applied_generations: dict[str, int]
+    info: HostInfo
+    request_id: str
+    topology_hash: str
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    ok: bool
+    report: dict[str, Any]
+    info: HostInfo
+
+
+@dataclass(frozen=True)
+class BenchmarkProgress:
+    run_id: str
+    #: One of BENCHMARK_STATES; the agent checks it when publishing, a client
+    #: keeps whatever a newer agent sends.
+    state: str
+    percent: float = 0.0
+    read_bytes_per_s: float = 0.0
+    write_bytes_per_s: float = 0.0
+    read_iops: float = 0.0
+    write_iops: float = 0.0
+    eta_seconds: int = 0
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_BENCHMARK_STATES
+
+
+# -- documents -------------------------------------------------------------------
+def profile_to_json(profile: StorageProfile) -> str:
+    return json.dumps(profile.document(), separators=(",", ":"))
+
+
+def profiles_from_json(docs: Sequence[str], field: str = "profiles_json") -> list[StorageProfile]:
+    """Validate every profile; all problems at once, each naming ``field[i]`` and the path inside."""
+    profiles: list[StorageProfile] = []
+    problems: list[Problem] = []
+    for index, text in enumerate(docs):
+        where = f"{field}[{index}]"
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            problems.append(Problem(where, "", f"not valid JSON: {exc}"))
+            continue
+        try:
+            profiles.append(parse_profile(data, where))
+        except DocumentError as exc:
+            problems.extend(exc.problems)
+    problems.extend(duplicate_names(profiles, field))
+    if problems:
+        raise DocumentError(problems)
+    return profiles
+
+
+def _model_json(model: BaseModel) -> str:
+    return model.model_dump_json()
+
+
+def _decode(cls: type[_M], text: str, field: str) -> _M:
+    try:
+        return cls.model_validate_json(text)
+    except ValidationError as exc:
+        raise WireError(f"{field}: not a valid {cls.__name__}: {_first_error(exc)}") from None
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors(include_url=False)[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+    return f"{loc}: {err['msg']}{more}" if loc else f"{err['msg']}{more}"
+
+
+def _json_object(text: str, field: str) -> dict[str, Any]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise WireError(f"{field}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise WireError(f"{field}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+# -- host info -------------------------------------------------------------------
+def host_message(info: HostInfo) -> pb.HostInfo:
+    return pb.HostInfo(hostname=info.hostname, kernel=info.kernel, boot_id=info.boot_id,
+                       agent_version=info.agent_version,
+                       agent_started_unix=info.agent_started_unix)
+
+
+def host_from(msg: pb.HostInfo) -> HostInfo:
+    return HostInfo(hostname=msg.hostname, kernel=msg.kernel, boot_id=msg.boot_id,
+                    agent_version=msg.agent_version, agent_started_unix=msg.agent_started_unix)
+
+
+# -- GetTopology -----------------------------------------------------------------
+def topology_request() -> pb.GetTopologyRequest:
+    return pb.GetTopologyRequest()
+
+
+def topology_response(info: HostInfo, topology: Topology, topology_hash: str) -> pb.GetTopologyResponse:
+    return pb.GetTopologyResponse(host=host_message(info), topology_json=_model_json(topology),
+                                  topology_hash=topology_hash)
+
+
+def topology_from(msg: pb.GetTopologyResponse) -> tuple[HostInfo, Topology, str]:
+    return (host_from(msg.host), _decode(Topology, msg.topology_json, "topology_json"),
+            msg.topology_hash)
+
+
+# -- GetObserved -----------------------------------------------------------------
+def observed_request() -> pb.GetObservedRequest:
+    return pb.GetObservedRequest()
+
+
+def observed_response(info: HostInfo, observed: Mapping[str, Mapping[str, TunableState]],
+                      topology_hash: str) -> pb.GetObservedResponse:
+    data = {dev: {name: state.model_dump(mode="json") for name, state in tunables.items()}
+            for dev, tunables in observed.items()}
+    return pb.GetObservedResponse(host=host_message(info), observed_json=json.dumps(data),
+                                  topology_hash=topology_hash)
+
+
+def observed_from(msg: pb.GetObservedResponse) -> tuple[HostInfo, Observed, str]:
+    try:
+        observed = _OBSERVED.validate_json(msg.observed_json)
+    except ValidationError as exc:
+        raise WireError(f"observed_json: not a valid observed map: {_first_error(exc)}") from None
+    return host_from(msg.host), observed, msg.topology_hash
+
+
+# -- Plan ------------------------------------------------------------------------
+def plan_request(profiles: Iterable[StorageProfile]) -> pb.PlanRequest:
+    return pb.PlanRequest(profiles_json=[profile_to_json(p) for p in profiles])
+
+
+def plan_request_profiles(msg: pb.PlanRequest) -> list[StorageProfile]:
+    return profiles_from_json(list(msg.profiles_json))
+
+
+def plan_response(info: HostInfo, plan: Plan, topology_hash: str) -> pb.PlanResponse:
+    return pb.PlanResponse(host=host_message(info), plan_json=_model_json(plan),
+                           topology_hash=topology_hash)
+
+
+def plan_from(msg: pb.PlanResponse) -> tuple[HostInfo, Plan, str]:
+    return host_from(msg.host), _decode(Plan, msg.plan_json, "plan_json"), msg.topology_hash
+
+
+# -- Apply -----------------------------------------------------------------------
+def apply_request(profiles: Iterable[StorageProfile], generations: Mapping[str, int],
+                  request_id: str) -> pb.ApplyRequest:
+    return pb.ApplyRequest(profiles_json=[profile_to_json(p) for p in profiles],
+                           generations=dict(generations), request_id=request_id)
+
+
+@dataclass(frozen=True)
+class ApplyCall:
+    """An ApplyRequest decoded on the agent."""
+
+    profiles: list[StorageProfile]
+    generations: dict[str, int]
+    request_id: str
+
+
+def apply_call(msg: pb.ApplyRequest) -> ApplyCall:
+    profiles = profiles_from_json(list(msg.profiles_json))
+    names = {p.metadata.name for p in profiles}
+    unknown = sorted(set(msg.generations) - names)
+    if unknown:
+        raise DocumentError([Problem("generations", name, "no profile of this name in profiles_json")
+                             for name in unknown])
+    return ApplyCall(profiles, dict(msg.generations), msg.request_id)
+
+
+def apply_response(*, info: HostInfo, ok: bool, report: BaseModel, plan: Plan,
+                   applied_generations: Mapping[str, int], request_id: str,
+                   topology_hash: str) -> pb.ApplyResponse:
+    return pb.ApplyResponse(ok=ok, report_json=_model_json(report), plan_json=_model_json(plan),
+                            applied_generations=dict(applied_generations), host=host_message(info),
+                            request_id=request_id, topology_hash=topology_hash)
+
+
+def apply_from(msg: pb.ApplyResponse) -> ApplyResult:
+    return ApplyResult(
+        ok=msg.ok, report=_json_object(msg.report_json, "report_json"),
+        plan=_decode(Plan, msg.plan_json, "plan_json"),
+        applied_generations=dict(msg.applied_generations), info=host_from(msg.host),
+        request_id=msg.request_id, topology_hash=msg.topology_hash,
+    )
+
+
+# -- Restore ---------------------------------------------------------------------
+def restore_request(only: Collection[SettingKey] | None = None) -> pb.RestoreRequest:
+    keys = [pb.SettingKey(device_id=d, tunable=t) for d, t in sorted(only or ())]
+    if only is not None and not keys:
+        # An empty list on the wire means "everything": refuse rather than widen the request.
+        raise ValueError("restore(only=...) needs at least one key; pass None to restore everything")
+    return pb.RestoreRequest(only=keys)
+
+
+def restore_keys(msg: pb.RestoreRequest) -> set[SettingKey] | None:
+    """None: restore every recorded original."""
+    keys: set[SettingKey] = set()
+    for index, key in enumerate(msg.only):
+        if not key.device_id or not key.tunable:
+            raise WireError(f"only[{index}]: device_id and tunable are both required")
+        keys.add((key.device_id, key.tunable))
+    return keys or None
+
+
+def restore_response(info: HostInfo, ok: bool, report: BaseModel) -> pb.RestoreResponse:
+    return pb.RestoreResponse(ok=ok, report_json=_model_json(report), host=host_message(info))
+
+
+def restore_from(msg: pb.RestoreResponse) -> RestoreResult:
+    return RestoreResult(ok=msg.ok, report=_json_object(msg.report_json, "report_json"),
+                         info=host_from(msg.host))
+
+
+# -- WatchBenchmark --------------------------------------------------------------
+def watch_request(run_id: str) -> pb.WatchBenchmarkRequest:
+    return pb.WatchBenchmarkRequest(run_id=run_id)
+
+
+def watch_run_id(msg: pb.WatchBenchmarkRequest) -> str:
+    if not msg.run_id:
+        raise WireError("run_id: required")
+    return msg.run_id
+
+
+def progress_message(progress: BenchmarkProgress) -> pb.BenchmarkProgress:
+    return pb.BenchmarkProgress(
+        run_id=progress.run_id, state=progress.state, percent=progress.percent,
+        read_bytes_per_s=progress.read_bytes_per_s, write_bytes_per_s=progress.write_bytes_per_s,
+        read_iops=progress.read_iops, write_iops=progress.write_iops,
+        eta_seconds=progress.eta_seconds, message=progress.message,
+    )
+
+
+def progress_from(msg: pb.BenchmarkProgress) -> BenchmarkProgress:
+    return BenchmarkProgress(
+        run_id=msg.run_id, state=msg.state, percent=msg.percent,
+        read_bytes_per_s=msg.read_bytes_per_s, write_bytes_per_s=msg.write_bytes_per_s,
+        read_iops=msg.read_iops, write_iops=msg.write_iops, eta_seconds=msg.eta_seconds,
+        message=msg.message,
+    )

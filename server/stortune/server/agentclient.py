@@ -1,0 +1,448 @@
+"""The control plane's one seam to host agents: ``AgentClient``.
+
+``AgentClients`` hands out real clients over grpc.aio, one cached channel per
+agent address; ``FakeAgentClients``/``FakeAgentClient`` stand in for them in
+the server's unit tests (nothing else in the server should be faked to avoid
+talking to an agent). Errors are one small hierarchy:
+
+    AgentError                 anything an agent call can fail with
+    ├── AgentUnreachable       no answer (refused, timed out, reset): retry with backoff
+    ├── AgentBusy              the agent is applying something else: retry soon
+    ├── AgentRejected          the request is wrong (invalid profile, bad state): terminal
+    └── AgentNotFound          no such benchmark run
+
+``AgentError.retryable`` tells the controller which of its two paths to take.
+Messages are converted by ``stortune.api.agent.wire``; nothing here touches
+protobuf fields.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import re
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, TypeVar
+
+import grpc
+import grpc.aio
+
+from stortune.api.agent import wire
+from stortune.api.agent.wire import (
+    ApplyResult,
+    BenchmarkProgress,
+    HostInfo,
+    Observed,
+    RestoreResult,
+    SettingKey,
+)
+from stortune.schemas import planner
+from stortune.schemas.plan import Plan
+from stortune.schemas.profile import StorageProfile
+from stortune.schemas.topology import HOST_TARGET, Topology, TunableState
+
+__all__ = [
+    "AgentBusy", "AgentClient", "AgentClientFactory", "AgentClients", "AgentError",
+    "AgentNotFound", "AgentRejected", "AgentUnreachable", "ApplyResult", "BenchmarkProgress",
+    "FakeAgentClient", "FakeAgentClients", "GrpcAgentClient", "HostInfo", "Observed",
+    "RestoreResult", "SettingKey", "Timeouts",
+]
+
+
+# -- errors ------------------------------------------------------------------------
+class AgentError(Exception):
+    """An agent call failed. ``code`` is the gRPC status name when there was one."""
+
+    retryable: ClassVar[bool] = False
+
+    def __init__(self, address: str, message: str, code: str | None = None) -> None:
+        self.address = address
+        self.message = message
+        self.code = code
+        super().__init__(f"agent {address}: {message}")
+
+
+class AgentUnreachable(AgentError):
+    """No answer from the agent; ``reason`` is short ("connection refused", "deadline exceeded")."""
+
+    retryable = True
+
+    def __init__(self, address: str, reason: str, code: str | None = None) -> None:
+        self.reason = reason
+        super().__init__(address, f"unreachable: {reason}", code)
+
+
+class AgentBusy(AgentError):
+    retryable = True
+
+
+class AgentRejected(AgentError):
+    """The agent refused the request as given; retrying the same request will not help."""
+
+
+class AgentNotFound(AgentError):
+    pass
+
+
+# -- the seam ------------------------------------------------------------------------
+class AgentClient(Protocol):
+    """What the control plane asks of one host agent."""
+
+    address: str
+
+    async def get_topology(self) -> tuple[HostInfo, Topology, str]:
+        """(host, topology with current values, topology structure hash)."""
+        ...
+
+    async def get_observed(self) -> tuple[HostInfo, Observed, str]:
+        """(host, {device: {tunable: state}}, topology structure hash)."""
+        ...
+
+    async def plan(self, profiles: Sequence[StorageProfile]) -> Plan:
+        ...
+
+    async def apply(self, profiles: Sequence[StorageProfile], generations: Mapping[str, int],
+                    request_id: str) -> ApplyResult:
+        """Converge the host to exactly ``profiles`` (empty: restore everything stortune set)."""
+        ...
+
+    async def restore(self, only: Collection[SettingKey] | None = None) -> RestoreResult:
+        ...
+
+    def watch_benchmark(self, run_id: str) -> AsyncIterator[BenchmarkProgress]:
+        """Progress updates until the run ends (async generator)."""
+        ...
+
+
+class AgentClientFactory(Protocol):
+    def for_address(self, address: str) -> AgentClient:
+        ...
+
+
+# -- over gRPC -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Timeouts:
+    """Per-call deadlines in seconds; ``watch`` None streams until the run ends."""
+
+    read: float = 10.0  # GetTopology, GetObserved, Plan
+    apply: float = 120.0  # Apply, Restore: a slow device can take a while to verify
+    watch: float | None = None
+
+
+_REJECTED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
+             grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.PERMISSION_DENIED,
+             grpc.StatusCode.UNAUTHENTICATED}
+_BUSY = {grpc.StatusCode.ABORTED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+# gRPC puts the OS error somewhere in a long "failed to connect to all addresses" text.
+_REASONS = (
+    (re.compile(r"connection refused", re.I), "connection refused"),
+    (re.compile(r"dns resolution failed|name resolution|could not resolve", re.I),
+     "name resolution failed"),
+    (re.compile(r"connection reset", re.I), "connection reset"),
+    (re.compile(r"no route to host", re.I), "no route to host"),
+    (re.compile(r"network is unreachable", re.I), "network unreachable"),
+    (re.compile(r"timed? ?out|timeout", re.I), "connect timeout"),
+    (re.compile(r"socket closed|connection closed|goaway|broken pipe|end of tcp stream", re.I),
+     "connection closed"),
+    (re.compile(r"ssl|tls|handshake|certificate", re.I), "TLS handshake failed"),
+)
+
+
+def unavailable_reason(details: str) -> str:
+    for pattern, reason in _REASONS:
+        if pattern.search(details):
+            return reason
+    return details.strip().splitlines()[0] if details.strip() else "unavailable"
+
+
+def error_from_rpc(address: str, method: str, exc: grpc.aio.AioRpcError) -> AgentError:
+    code = exc.code()
+    details = exc.details() or ""
+    if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return AgentUnreachable(address, "deadline exceeded", code.name)
+    if code == grpc.StatusCode.UNAVAILABLE:
+        return AgentUnreachable(address, unavailable_reason(details), code.name)
+    if code in _REJECTED:
+        return AgentRejected(address, details or code.name, code.name)
+    if code in _BUSY:
+        return AgentBusy(address, details or code.name, code.name)
+    if code == grpc.StatusCode.NOT_FOUND:
+        return AgentNotFound(address, details or code.name, code.name)
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        return AgentRejected(address, f"{method} is not implemented by this agent (older version?)",
+                             code.name)
+    return AgentError(address, f"{method}: {code.name}: {details}", code.name)
+
+
+_T = TypeVar("_T")
+
+# Big hosts (SANs with thousands of paths) produce topology documents of several MB.
+DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
+    ("grpc.max_receive_message_length", 64 << 20),
+    ("grpc.max_send_message_length", 16 << 20),
+    # Notices a silently dead agent during a long WatchBenchmark stream.
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+)
+
+
+class GrpcAgentClient:
+    """AgentClient over the channel ``AgentClients`` keeps for its address.
+
+    Cheap to make and to keep: the channel is looked up at each call, on the
+    running event loop.
+    """
+
+    def __init__(self, address: str, clients: AgentClients, timeouts: Timeouts) -> None:
+        self.address = address
+        self._clients = clients
+        self._timeouts = timeouts
+
+    async def _call(self, method: str, request: Any, timeout: float,
+                    decode: Callable[[Any], _T]) -> _T:
+        try:
+            stub = self._clients.stub(self.address)
+            response = await getattr(stub, method)(request, timeout=timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(self.address, method, exc) from None
+        try:
+            return decode(response)
+        except wire.WireError as exc:
+            raise AgentError(self.address, f"{method}: invalid response: {exc}") from None
+
+    async def get_topology(self) -> tuple[HostInfo, Topology, str]:
+        return await self._call("GetTopology", wire.topology_request(), self._timeouts.read,
+                                wire.topology_from)
+
+    async def get_observed(self) -> tuple[HostInfo, Observed, str]:
+        return await self._call("GetObserved", wire.observed_request(), self._timeouts.read,
+                                wire.observed_from)
+
+    async def plan(self, profiles: Sequence[StorageProfile]) -> Plan:
+        return await self._call("Plan", wire.plan_request(profiles), self._timeouts.read,
+                                lambda response: wire.plan_from(response)[1])
+
+    async def apply(self, profiles: Sequence[StorageProfile], generations: Mapping[str, int],
+                    request_id: str) -> ApplyResult:
+        return await self._call("Apply", wire.apply_request(profiles, generations, request_id),
+                                self._timeouts.apply, wire.apply_from)
+
+    async def restore(self, only: Collection[SettingKey] | None = None) -> RestoreResult:
+        return await self._call("Restore", wire.restore_request(only), self._timeouts.apply,
+                                wire.restore_from)
+
+    async def watch_benchmark(self, run_id: str) -> AsyncIterator[BenchmarkProgress]:
+        stub = self._clients.stub(self.address)
+        call = stub.WatchBenchmark(wire.watch_request(run_id), timeout=self._timeouts.watch)
+        try:
+            async for message in call:
+                yield wire.progress_from(message)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(self.address, "WatchBenchmark", exc) from None
+        finally:
+            call.cancel()  # the consumer stopped early: tell the agent
+
+
+@dataclass
+class _Cached:
+    channel: grpc.aio.Channel
+    loop: asyncio.AbstractEventLoop
+    stub: Any
+
+
+class AgentClients:
+    """Clients by agent address, sharing one channel per address.
+
+    A grpc.aio channel belongs to the event loop it was created on; a call
+    from another loop (a test's fresh loop, a worker) gets a fresh channel.
+    ``credentials`` None means plaintext (mTLS comes with the agent certificates).
+    """
+
+    def __init__(self, *, credentials: grpc.ChannelCredentials | None = None,
+                 timeouts: Timeouts | None = None,
+                 options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS) -> None:
+        self._credentials = credentials
+        self._timeouts = timeouts or Timeouts()
+        self._options = list(options)
+        self._channels: dict[str, _Cached] = {}
+
+    def for_address(self, address: str) -> GrpcAgentClient:
+        return GrpcAgentClient(address, self, self._timeouts)
+
+    def stub(self, address: str) -> Any:
+        """The generated stub on this address's channel for the running loop (made on first use)."""
+        loop = asyncio.get_running_loop()
+        cached = self._channels.get(address)
+        if cached is not None and cached.loop is loop:
+            return cached.stub
+        if self._credentials is None:
+            channel = grpc.aio.insecure_channel(address, options=self._options)
+        else:
+            channel = grpc.aio.secure_channel(address, self._credentials, options=self._options)
+        self._channels[address] = _Cached(channel, loop, wire.agent_stub(channel))
+        return self._channels[address].stub
+
+    async def forget(self, address: str) -> None:
+        """Close and drop the channel of an agent that went away (deregistered host)."""
+        cached = self._channels.pop(address, None)
+        if cached is not None:
+            await _close(cached)
+
+    async def close(self) -> None:
+        cached, self._channels = list(self._channels.values()), {}
+        for c in cached:
+            await _close(c)
+
+
+async def _close(cached: _Cached) -> None:
+    # A channel of another (finished) loop cannot be closed from this one;
+    # its loop took its transports with it.
+    if cached.loop is asyncio.get_running_loop():
+        await cached.channel.close()
+
+
+# -- the fake ------------------------------------------------------------------------
+@dataclass
+class FakeAgentClient:
+    """An in-memory agent for the server's unit tests: behaves like the real one.
+
+    Plans with the real planner against ``topology``; apply sets the planned
+    values in ``topology`` (so observed/plan reflect it afterwards), records
+    originals and restores those no profile wants any more, as the agent does.
+    ``fail(method, error)`` makes a method raise (``"*"`` for every method);
+    ``calls`` records (method, arguments) in order.
+    """
+
+    address: str = "fake-agent:50051"
+    topology: Topology = field(default_factory=lambda: Topology(hostname="fake", kernel="6.1.0"))
+    info: HostInfo = field(default_factory=lambda: HostInfo(
+        hostname="fake", kernel="6.1.0", boot_id="00000000-0000-4000-8000-000000000000",
+        agent_version="fake", agent_started_unix=0))
+    benchmarks: dict[str, list[BenchmarkProgress]] = field(default_factory=dict)
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    #: (device_id, tunable) -> (device name, value before stortune first wrote it)
+    originals: dict[SettingKey, tuple[str, int | str | None]] = field(default_factory=dict)
+    _failures: dict[str, tuple[AgentError, int | None]] = field(default_factory=dict)
+
+    def fail(self, method: str, error: AgentError | None, *, times: int | None = None) -> None:
+        """Raise ``error`` from ``method`` (``"*"``: all) ``times`` times (None: until cleared)."""
+        if error is None:
+            self._failures.pop(method, None)
+        else:
+            self._failures[method] = (error, times)
+
+    def unreachable(self, reason: str = "connection refused") -> None:
+        self.fail("*", AgentUnreachable(self.address, reason, "UNAVAILABLE"))
+
+    def _enter(self, method: str, args: Any = None) -> None:
+        self.calls.append((method, args))
+        for key in (method, "*"):
+            if key in self._failures:
+                error, times = self._failures[key]
+                if times is not None:
+                    if times <= 1:
+                        del self._failures[key]
+                    else:
+                        self._failures[key] = (error, times - 1)
+                raise error
+
+    def _hash(self) -> str:
+        return self.topology.structure_hash()
+
+    async def get_topology(self) -> tuple[HostInfo, Topology, str]:
+        self._enter("get_topology")
+        return self.info, self.topology.model_copy(deep=True), self._hash()
+
+    async def get_observed(self) -> tuple[HostInfo, Observed, str]:
+        self._enter("get_observed")
+        return self.info, copy.deepcopy(planner.observed_of(self.topology)), self._hash()
+
+    async def plan(self, profiles: Sequence[StorageProfile]) -> Plan:
+        self._enter("plan", list(profiles))
+        return planner.plan(profiles, self.topology)
+
+    def _states(self, device: str) -> dict[str, TunableState] | None:
+        if device == HOST_TARGET:
+            return self.topology.host_tunables
+        dev = self.topology.device(device)
+        return dev.tunables if dev is not None else None
+
+    def _set(self, device: str, tunable: str, value: int | str | None) -> int | str | None:
+        states = self._states(device)
+        state = states.get(tunable) if states is not None else None
+        if state is None:
+            return None
+        before = state.value
+        state.value, state.raw = value, None if value is None else str(value)
+        return before
+
+    async def apply(self, profiles: Sequence[StorageProfile], generations: Mapping[str, int],
+                    request_id: str) -> ApplyResult:
+        self._enter("apply", (list(profiles), dict(generations), request_id))
+        plan = planner.plan(profiles, self.topology)
+        rows: list[dict[str, Any]] = []
+        if plan.fatal:
+            report = {"title": "apply refused: nothing was changed", "ok": False,
+                      "rows": [{"device": r.device, "tunable": r.tunable, "before": None,
+                                "after": r.value, "status": "rejected", "message": r.reason}
+                               for r in plan.fatal],
+                      "messages": [r.reason for r in plan.fatal]}
+            return ApplyResult(False, report, plan, {}, self.info, request_id, self._hash())
+        wanted = {(d.device_id, d.tunable) for d in plan.desired}
+        for key in sorted(set(self.originals) - wanted):
+            device, value = self.originals.pop(key)
+            before = self._set(device, key[1], value)
+            rows.append({"device": device, "tunable": key[1], "before": before, "after": value,
+                         "status": "restored", "message": ""})
+        plan = planner.plan(profiles, self.topology)
+        for change in plan.enforced().changes:
+            self.originals.setdefault((change.device_id, change.tunable), (change.device, change.current))
+            self._set(change.device, change.tunable, change.desired)
+            rows.append({"device": change.device, "tunable": change.tunable, "before": change.current,
+                         "after": change.desired, "status": "applied", "message": ""})
+        report = {"title": f"apply: {len(rows)} setting(s) changed", "ok": True, "rows": rows,
+                  "messages": []}
+        after = planner.plan(profiles, self.topology)
+        return ApplyResult(True, report, after, dict(generations), self.info, request_id, self._hash())
+
+    async def restore(self, only: Collection[SettingKey] | None = None) -> RestoreResult:
+        self._enter("restore", None if only is None else set(only))
+        rows: list[dict[str, Any]] = []
+        for key in sorted(self.originals if only is None else set(only) & set(self.originals)):
+            device, value = self.originals.pop(key)
+            before = self._set(device, key[1], value)
+            rows.append({"device": device, "tunable": key[1], "before": before, "after": value,
+                         "status": "restored", "message": ""})
+        report = {"title": f"restore: {len(rows)} setting(s)", "ok": True, "rows": rows,
+                  "messages": []}
+        return RestoreResult(True, report, self.info)
+
+    async def watch_benchmark(self, run_id: str) -> AsyncIterator[BenchmarkProgress]:
+        self._enter("watch_benchmark", run_id)
+        if run_id not in self.benchmarks:
+            raise AgentNotFound(self.address, f"no benchmark run {run_id!r} on this agent", "NOT_FOUND")
+        for progress in self.benchmarks[run_id]:
+            yield progress
+            if progress.finished:
+                return
+
+
+@dataclass
+class FakeAgentClients:
+    """AgentClientFactory of fakes: one FakeAgentClient per address, made on first use."""
+
+    agents: dict[str, FakeAgentClient] = field(default_factory=dict)
+
+    def for_address(self, address: str) -> FakeAgentClient:
+        if address not in self.agents:
+            self.agents[address] = FakeAgentClient(address=address)
+        return self.agents[address]
+
+    def add(self, agent: FakeAgentClient) -> FakeAgentClient:
+        self.agents[agent.address] = agent
+        return agent
+
+    async def close(self) -> None:
+        pass

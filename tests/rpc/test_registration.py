@@ -1,0 +1,332 @@
+"""`stortune-agent serve --server URL`: register, heartbeat, topology updates, backoff.
+
+A small stdlib HTTP server on 127.0.0.1 stands in for the control plane's REST
+API (the test double sits at the network boundary); the agent is the real one.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stortune.agent import cli
+from stortune.agent.registration import Registrar, RegistrationConfig, backoff_delay
+from stortune.agent.serve import Agent, ServeOptions
+from stortune.schemas.topology import Topology
+from tests.rpc.conftest import BOOT_ID, Host, call
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    body: dict[str, Any]
+    at: float
+
+
+Reply = tuple[int, dict[str, Any]]
+
+
+@dataclass
+class FakeControlPlane:
+    """Records requests; ``script[kind]`` holds replies to use before the default one."""
+
+    url: str = ""
+    requests: list[Request] = field(default_factory=list)
+    script: dict[str, list[Reply]] = field(default_factory=dict)
+    heartbeat_s: float = 0.1
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def kind(self, method: str, path: str) -> str:
+        if path == "/api/v1/agents/register":
+            return "register"
+        if path.endswith("/heartbeat"):
+            return "heartbeat"
+        if method == "PUT" and path.endswith("/topology"):
+            return "topology"
+        return "other"
+
+    def reply(self, method: str, path: str, body: dict[str, Any]) -> Reply:
+        kind = self.kind(method, path)
+        with self.lock:
+            self.requests.append(Request(method, path, body, time.monotonic()))
+            scripted = self.script.get(kind)
+            if scripted:
+                return scripted.pop(0)
+        if kind == "register":
+            return 200, {"name": body["name"], "heartbeat_interval_s": self.heartbeat_s,
+                         "lease_duration_s": 30, "topology_wanted": False}
+        if kind == "heartbeat":
+            return 200, {"topology_wanted": False}
+        if kind == "topology":
+            return 200, {}
+        return 404, {"detail": "no such route"}
+
+    def of(self, kind: str) -> list[Request]:
+        with self.lock:
+            return [r for r in self.requests if self.kind(r.method, r.path) == kind]
+
+    def kinds(self) -> list[str]:
+        with self.lock:
+            return [self.kind(r.method, r.path) for r in self.requests]
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out; requests so far: {self.kinds()}")
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def plane() -> Iterator[FakeControlPlane]:
+    fake = FakeControlPlane()
+
+    class Handler(BaseHTTPRequestHandler):
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            status, data = fake.reply(self.command, self.path, body)
+            payload = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_POST = do_PUT = _handle
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    fake.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def managed(host: Host, tmp_path: Path, plane: FakeControlPlane) -> Iterator[Callable[..., Agent]]:
+    """Start the real agent registered with the fake control plane; always stopped."""
+    started: list[Agent] = []
+
+    def start(**options: Any) -> Agent:
+        opts = {"listen": "127.0.0.1:0", "server": plane.url, "name": "rpc-host",
+                "labels": {"role": "streamer"}, "rescan_interval": 3600.0, "grace": 1.0,
+                "backoff_base": 0.05, "backoff_cap": 0.4, **options}
+        agent = Agent(host.fs, tmp_path / "state", ServeOptions(**opts))
+        started.append(agent)
+        agent.start()
+        return agent
+
+    try:
+        yield start
+    finally:
+        for agent in started:
+            agent.stop()
+
+
+def test_registers_then_heartbeats(managed: Callable[..., Agent], plane: FakeControlPlane) -> None:
+    agent = managed()
+    plane.wait_for(lambda: len(plane.of("heartbeat")) >= 3)
+    kinds = plane.kinds()
+    assert kinds[0] == "register" and set(kinds[1:]) == {"heartbeat"}
+
+    register = plane.of("register")[0].body
+    assert register["name"] == "rpc-host"
+    assert register["address"] == agent.address and not agent.address.endswith(":0")
+    assert register["labels"] == {"role": "streamer"}
+    facts = register["facts"]
+    assert (facts["hostname"], facts["kernel"], facts["boot_id"]) == ("rpc-host", "6.1.0-18-amd64", BOOT_ID)
+    assert facts["agent_version"] and facts["cpu_count"] >= 1
+    assert "mem_bytes" in facts  # None: the fixture procfs has no meminfo
+    topology = Topology.model_validate(register["topology"])
+    assert [d.name for d in topology.devices] == ["loop7"]
+    assert register["topology_hash"] == topology.structure_hash()
+
+    beat = plane.of("heartbeat")[0]
+    assert beat.path == "/api/v1/agents/rpc-host/heartbeat"
+    assert beat.body == {"topology_hash": register["topology_hash"], "boot_id": BOOT_ID}
+
+    # Registered, and the API the control plane will call is up at the advertised address.
+    _, _, topology_hash = call(lambda c: c.for_address(register["address"]).get_topology())
+    assert topology_hash == register["topology_hash"]
+
+
+def test_sends_the_topology_when_the_server_wants_it(
+        managed: Callable[..., Agent], plane: FakeControlPlane) -> None:
+    plane.script["heartbeat"] = [(200, {}), (200, {"topology_wanted": True})]
+    managed()
+    plane.wait_for(lambda: len(plane.of("heartbeat")) >= 5)
+    (put,) = plane.of("topology")
+    assert put.path == "/api/v1/agents/rpc-host/topology"
+    assert put.body["topology_hash"] == plane.of("register")[0].body["topology_hash"]
+    assert Topology.model_validate(put.body["topology"]).device("loop7") is not None
+    # Sent right after the heartbeat that asked for it, and only once.
+    assert plane.kinds()[:4] == ["register", "heartbeat", "heartbeat", "topology"]
+
+
+def test_sends_the_topology_when_a_rescan_finds_new_hardware(
+        managed: Callable[..., Agent], plane: FakeControlPlane, host: Host) -> None:
+    managed(rescan_interval=0.2)
+    plane.wait_for(lambda: len(plane.of("heartbeat")) >= 1)
+    assert plane.of("topology") == []
+    host.builder.loop(8, size=65536, backing_file="/var/tmp/hotplug.img")  # a device appears
+    plane.wait_for(lambda: len(plane.of("topology")) >= 1)
+    put = plane.of("topology")[0].body
+    assert sorted(d.name for d in Topology.model_validate(put["topology"]).devices) == ["loop7", "loop8"]
+    plane.wait_for(lambda: plane.of("heartbeat")[-1].body["topology_hash"] == put["topology_hash"])
+
+
+def test_registers_again_after_a_404_heartbeat(
+        managed: Callable[..., Agent], plane: FakeControlPlane) -> None:
+    plane.script["heartbeat"] = [(200, {}), (404, {"detail": "agent not found"})]
+    managed()
+    plane.wait_for(lambda: len(plane.of("register")) >= 2 and len(plane.of("heartbeat")) >= 4)
+    assert plane.kinds()[:4] == ["register", "heartbeat", "heartbeat", "register"]
+
+
+def test_backs_off_while_the_server_fails_then_registers(
+        managed: Callable[..., Agent], plane: FakeControlPlane,
+        caplog: pytest.LogCaptureFixture) -> None:
+    plane.script["register"] = [(503, {"detail": "starting up"})] * 6
+    with caplog.at_level(logging.INFO, logger="stortune.agent.registration"):
+        agent = managed()
+        # The agent's own API is up while the control plane is not.
+        call(lambda c: c.for_address(agent.address).get_observed())
+        plane.wait_for(lambda: len(plane.of("heartbeat")) >= 1)
+    attempts = plane.of("register")
+    assert len(attempts) == 7
+    gaps = [b.at - a.at for a, b in itertools.pairwise(attempts)]
+    assert max(gaps) <= 0.4 + 0.6  # capped (plus slack for a loaded CI machine)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings  # once per state change, not per attempt
+    assert "HTTP 503" in warnings[0] and "starting up" in warnings[0]
+    assert any("reachable again after 6 failed attempt(s)" in r.getMessage() for r in caplog.records)
+
+
+def test_backoff_is_exponential_full_jitter_and_capped() -> None:
+    highest = [backoff_delay(n, 1.0, 30.0, lambda lo, hi: hi) for n in range(1, 9)]
+    assert highest == [1, 2, 4, 8, 16, 30, 30, 30]
+    assert all(backoff_delay(n, 1.0, 30.0, lambda lo, hi: lo) == 0 for n in range(1, 9))
+    assert backoff_delay(10_000, 1.0, 30.0, lambda lo, hi: hi) == 30  # no overflow
+
+
+def test_an_unreachable_server_is_retried_with_growing_delays(host: Host) -> None:
+    """Against a closed port, with the jitter pinned to its maximum."""
+    from tests.rpc.conftest import free_port
+
+    times: list[float] = []
+
+    def discover() -> Topology:
+        times.append(time.monotonic())
+        return Topology(hostname="x")
+
+    registrar = Registrar(
+        RegistrationConfig(server=f"http://127.0.0.1:{free_port()}", name="x", address="x:1",
+                           backoff_base=0.05, backoff_cap=0.2, timeout=1),
+        facts=dict, discover=discover, topology_hash=lambda: "h", boot_id="b",
+        uniform=lambda lo, hi: hi)
+    thread = threading.Thread(target=registrar.run)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(times) < 6 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        registrar.stop()
+        thread.join(5)
+    assert not thread.is_alive()
+    assert registrar.state == "failing" and registrar.name is None
+    gaps = [b - a for a, b in itertools.pairwise(times)][:5]
+    for gap, expected in zip(gaps, [0.05, 0.1, 0.2, 0.2, 0.2], strict=True):
+        assert expected * 0.9 <= gap <= expected + 0.5, gaps
+
+
+def test_serve_subprocess_registers_and_stops_cleanly_on_sigterm(
+        host: Host, tmp_path: Path, plane: FakeControlPlane) -> None:
+    cmd = [sys.executable, "-m", "stortune.agent.cli", "serve", "--server", plane.url,
+           "--listen", "127.0.0.1:0", "--name", "sub-agent", "--label", "role=test",
+           "--sysfs", str(host.fs.sysfs), "--procfs", str(host.fs.procfs),
+           "--state-dir", str(tmp_path / "state")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        plane.wait_for(lambda: len(plane.of("heartbeat")) >= 1, timeout=20)
+        register = plane.of("register")[0].body
+        assert register["name"] == "sub-agent" and register["labels"] == {"role": "test"}
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert f"agent API listening on {register['address']}" in stderr
+    assert "agent stopped" in stderr
+    assert "Traceback" not in stderr
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--label", "no-equals-sign"], "expected KEY=VALUE"),
+    (["--label", "bad key=x"], "is not a valid label key"),
+    (["--label", "k=" + "v" * 64], "is not valid"),
+    (["--heartbeat", "0"], "must be more than 0 seconds"),
+])
+def test_bad_serve_arguments_are_clear_cli_errors(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["serve", "--server", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", *argv])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--server", "http://127.0.0.1:1"], "--server needs --listen"),
+    (["--server", "127.0.0.1:8000", "--listen", "127.0.0.1:0"], "expected an http:// or https:// URL"),
+    (["--listen", "127.0.0.1:0", "--once"], "cannot be combined"),
+    (["--listen", "127.0.0.1:0", "--label", "a=1", "--label", "a=2"], "--label a given more than once"),
+])
+def test_inconsistent_serve_options_are_refused(
+        argv: list[str], message: str, capsys: pytest.CaptureFixture[str], host: Host,
+        tmp_path: Path) -> None:
+    code = cli.main(["serve", "--sysfs", str(host.fs.sysfs), "--procfs", str(host.fs.procfs),
+                     "--state-dir", str(tmp_path / "state"), *argv])
+    assert code == 1
+    assert message in capsys.readouterr().err
+
+
+def test_a_busy_listen_address_is_a_clear_error(
+        host: Host, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        code = cli.main(["serve", "--listen", f"127.0.0.1:{port}", "--sysfs", str(host.fs.sysfs),
+                         "--procfs", str(host.fs.procfs), "--state-dir", str(tmp_path / "state")])
+    assert code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
