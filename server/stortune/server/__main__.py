@@ -1,0 +1,3 @@
+from stortune.server.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,68 @@
+"""Every error leaves the API as a Status body (see models/status.py)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+
+from stortune.schemas.documents import field_path
+from stortune.server.errors import ApiError
+from stortune.server.models.status import Status, StatusCause, StatusDetails
+
+log = logging.getLogger(__name__)
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+            405: "MethodNotAllowed", 406: "NotAcceptable", 409: "Conflict", 413: "RequestEntityTooLarge",
+            415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests"}
+
+
+def status_response(
+    code: int, reason: str, message: str, details: StatusDetails | None = None
+) -> JSONResponse:
+    body = Status(code=code, reason=reason, message=message, details=details or StatusDetails())
+    return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=code)
+
+
+def _api_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiError)
+    details = StatusDetails(name=exc.name, kind=exc.kind,
+                            causes=[StatusCause(field=c.field, message=c.message) for c in exc.causes])
+    return status_response(exc.code, exc.reason, exc.message, details)
+
+
+def _cause(error: Any) -> StatusCause:
+    loc = tuple(error.get("loc", ()))
+    if loc[:1] == ("body",):
+        loc = loc[1:]  # paths are relative to the body, as in documents
+    message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+    if error.get("type") == "extra_forbidden":
+        message = "unknown field"
+    return StatusCause(field=field_path(loc), message=message)
+
+
+def _request_invalid(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    causes = [_cause(e) for e in exc.errors()]
+    summary = "; ".join(f"{c.field}: {c.message}" if c.field else c.message for c in causes)
+    return status_response(422, "Invalid", f"request is invalid: {summary}", StatusDetails(causes=causes))
+
+
+def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    return status_response(exc.status_code, _REASONS.get(exc.status_code, "Unknown"), str(exc.detail))
+
+
+def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error in %s %s", request.method, request.url.path, exc_info=exc)
+    return status_response(500, "InternalError", "internal error; the server log has the details")
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(RequestValidationError, _request_invalid)
+    app.add_exception_handler(HTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected)

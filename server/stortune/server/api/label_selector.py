@@ -1,0 +1,62 @@
+"""The Kubernetes label selector query syntax: ``role=web,tier in (a,b),!legacy``."""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import ValidationError
+
+from stortune.schemas.profile import LabelSelector, SelectorOperator, SelectorRequirement
+from stortune.server.errors import Cause, Invalid
+
+_SET = re.compile(r"^\s*([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)\s*$")
+_EQUALITY = re.compile(r"^\s*([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)\s*$")
+_EXISTS = re.compile(r"^\s*(!?)\s*([^\s!=(),]+)\s*$")
+
+
+def _split(text: str) -> list[str]:
+    """Split at commas outside parentheses."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+        elif char == "," and depth == 0:
+            parts.append(text[start:index])
+            start = index + 1
+    parts.append(text[start:])
+    return parts
+
+
+def parse(text: str | None) -> LabelSelector | None:
+    """None (select everything) for an empty selector; Invalid on syntax errors."""
+    if text is None or not text.strip():
+        return None
+    labels: dict[str, str] = {}
+    expressions: list[SelectorRequirement] = []
+    try:
+        for part in _split(text):
+            if m := _SET.fullmatch(part):
+                values = [v.strip() for v in m.group(3).split(",") if v.strip()]
+                op = SelectorOperator.IN if m.group(2) == "in" else SelectorOperator.NOT_IN
+                expressions.append(SelectorRequirement(key=m.group(1), operator=op, values=values))
+            elif m := _EQUALITY.fullmatch(part):
+                key, op_text, value = m.groups()
+                if op_text == "!=":
+                    expressions.append(
+                        SelectorRequirement(key=key, operator=SelectorOperator.NOT_IN, values=[value]))
+                else:
+                    labels[key] = value
+            elif m := _EXISTS.fullmatch(part):
+                op = SelectorOperator.DOES_NOT_EXIST if m.group(1) else SelectorOperator.EXISTS
+                expressions.append(SelectorRequirement(key=m.group(2), operator=op))
+            else:
+                raise ValueError(f"cannot parse {part.strip()!r}: expected key, !key, key=value, "
+                                 "key!=value, key in (a,b) or key notin (a,b)")
+        return LabelSelector(matchLabels=labels, matchExpressions=expressions)
+    except ValidationError as exc:
+        message = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise Invalid([Cause("labelSelector", message)]) from None
+    except ValueError as exc:
+        raise Invalid([Cause("labelSelector", str(exc))]) from None

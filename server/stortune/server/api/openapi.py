@@ -1,0 +1,54 @@
+"""OpenAPI additions: the StorageProfile schema for bodies that are parsed by hand."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from stortune.schemas.profile import StorageProfile
+from stortune.server.models.status import Status
+
+_REF = "#/components/schemas/{model}"
+
+#: ``openapi_extra`` of routes taking a StorageProfile document.
+PROFILE_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": _REF.format(model="StorageProfile")}},
+            "application/yaml": {"schema": {"$ref": _REF.format(model="StorageProfile")}},
+        },
+    }
+}
+
+
+Responses = dict[int | str, dict[str, Any]]
+
+
+def _error(description: str) -> dict[str, Any]:
+    return {"model": Status, "description": description}
+
+
+#: Error responses, documented with the Status body they carry.
+NOT_FOUND: Responses = {404: _error("No such object")}
+CONFLICT: Responses = {409: _error("Already exists, stale resourceVersion or being deleted")}
+INVALID: Responses = {422: _error("Invalid: details.causes name each field")}
+BAD_REQUEST: Responses = {400: _error("The body is not valid JSON or YAML")}
+
+
+def install(app: FastAPI) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
+                                 description=app.description)
+            document = StorageProfile.model_json_schema(ref_template=_REF)
+            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            for name, definition in document.pop("$defs", {}).items():
+                components.setdefault(name, definition)
+            components["StorageProfile"] = document
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

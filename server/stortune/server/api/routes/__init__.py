@@ -1,0 +1,1 @@
+"""One router per resource; gathered in stortune.server.api.router."""

@@ -1,0 +1,1 @@
+"""Storage of the control plane: engine, tables and migrations."""

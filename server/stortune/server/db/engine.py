@@ -1,0 +1,52 @@
+"""Engines and sessions, SQLite or PostgreSQL.
+
+SQLite runs in WAL mode (readers never block the writer) with a busy timeout
+and foreign keys on. sqlite3's own transaction handling is switched off so
+SQLAlchemy emits BEGIN itself and reads inside a transaction see one snapshot.
+
+Every write transaction starts by bumping the resourceVersion counter
+(services/versions.py). On SQLite that first statement waits for the write
+lock under the busy timeout; a transaction that read first and wrote later
+would instead fail at once with "database is locked" if another writer had
+committed in between.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session, sessionmaker
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def make_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        _configure_sqlite(engine)
+        return engine
+    # pool_pre_ping: a PostgreSQL restart must not turn the next request into a 500.
+    return create_engine(url, pool_pre_ping=True)
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None  # SQLAlchemy emits BEGIN (below)
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable across crashes in WAL mode
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql("BEGIN")
+
+
+def make_sessions(engine: Engine) -> sessionmaker[Session]:
+    # expire_on_commit=False: rows are rendered into responses after the commit.
+    return sessionmaker(engine, expire_on_commit=False)

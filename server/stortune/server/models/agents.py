@@ -1,0 +1,83 @@
+"""What agents send when they register, renew their lease and report their topology."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from stortune.schemas.topology import Topology
+from stortune.server.models.common import Labels, Name, RequestModel
+from stortune.server.settings import split_listen
+
+
+def _endpoint(value: str) -> str:
+    split_listen(value)
+    return value
+
+
+Hash = Annotated[str, Field(max_length=128)]
+# 253-character host name, brackets of an IPv6 literal, ':' and a port.
+Endpoint = Annotated[str, Field(min_length=3, max_length=261, pattern=r"^\S+:[0-9]{1,5}$"),
+                     AfterValidator(_endpoint)]
+
+
+class AgentFacts(RequestModel):
+    """Facts about the host; the named ones are used, any other scalar is kept as reported."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        json_schema_extra={"additionalProperties": {"type": ["string", "integer", "boolean", "null"]}},
+    )
+
+    kernel: str | None = Field(default=None, max_length=256)
+    agent_version: str | None = Field(default=None, max_length=64)
+    boot_id: str | None = Field(default=None, max_length=64)
+    hostname: str | None = Field(default=None, max_length=253)
+
+    @model_validator(mode="after")
+    def _extras_are_scalars(self) -> AgentFacts:
+        # Floats are refused too: NaN and Infinity are not JSON a database stores.
+        for key, value in (self.model_extra or {}).items():
+            if value is not None and not isinstance(value, str | int | bool):
+                raise ValueError(
+                    f"{key}: facts are strings, integers or booleans, got {type(value).__name__}")
+        return self
+
+
+class Registration(RequestModel):
+    name: Name
+    address: Endpoint = Field(description="Agent gRPC endpoint, host:port")
+    labels: Labels = Field(default_factory=dict)
+    facts: AgentFacts = Field(default_factory=AgentFacts)
+    topology: Topology | None = Field(default=None, description="Omit when topology_hash is unchanged")
+    topology_hash: Hash = ""
+
+
+class RegistrationAccepted(BaseModel):
+    name: str
+    heartbeat_interval_s: float
+    lease_duration_s: float
+    topology_wanted: bool = Field(description="Send it with PUT /agents/{name}/topology")
+
+
+class Heartbeat(RequestModel):
+    topology_hash: Hash = ""
+    boot_id: str = Field(default="", max_length=64)
+
+
+class HeartbeatAccepted(BaseModel):
+    lease_expires: datetime
+    topology_wanted: bool
+
+
+class TopologyUpload(RequestModel):
+    topology: Topology
+    topology_hash: Hash = Field(default="", description="Empty: the server hashes the topology")
+
+
+class TopologyAccepted(BaseModel):
+    name: str
+    topology_hash: str
+    changed: bool

@@ -1,0 +1,115 @@
+"""Host documents: spec is what an operator sets, status what agents and the controller report."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, Field
+
+from stortune.server.db.tables import Host
+from stortune.server.models.common import API_VERSION, Labels, RequestModel, check_label_map
+from stortune.server.models.meta import ListMeta, ObjectMeta, format_resource_version
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+
+class Condition(BaseModel):
+    type: str = Field(description="Ready (agent lease), Applied, InSync (reconciler)")
+    status: ConditionStatus
+    reason: str
+    message: str = ""
+    lastTransitionTime: datetime
+
+
+class DeviceSetting(BaseModel):
+    """One row of a host's settings table, written by the reconciler."""
+
+    device: str
+    deviceId: str
+    tunable: str
+    desired: int | str | None = None
+    observed: int | str | None = None
+    inSync: bool | None = None
+    profile: str | None = None
+    rule: str | None = None
+    message: str = ""
+
+
+class HostSpec(BaseModel):
+    labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Set through the API; win over the agent's reported labels for the same key")
+    address: str = Field(description="Agent gRPC endpoint, host:port")
+
+
+class HostStatus(BaseModel):
+    conditions: list[Condition] = Field(default_factory=list)
+    devices: list[DeviceSetting] = Field(default_factory=list)
+    appliedGenerations: dict[str, int] = Field(default_factory=dict)
+    reportedLabels: dict[str, str] = Field(default_factory=dict)
+    facts: dict[str, Any] = Field(default_factory=dict)
+    bootId: str | None = None
+    topologyHash: str | None = None
+    registeredAt: datetime
+    lastHeartbeat: datetime
+    leaseExpires: datetime
+
+    @classmethod
+    def from_row(cls, row: Host) -> HostStatus:
+        return cls(
+            conditions=row.status.get("conditions", []),
+            devices=row.status.get("devices", []),
+            appliedGenerations=row.applied_generations,
+            reportedLabels=row.reported_labels,
+            facts=row.facts,
+            bootId=row.boot_id,
+            topologyHash=row.topology_hash,
+            registeredAt=row.registered_at,
+            lastHeartbeat=row.last_heartbeat,
+            leaseExpires=row.lease_expires,
+        )
+
+
+class HostDocument(BaseModel):
+    apiVersion: Literal["stortune/v1"] = API_VERSION
+    kind: Literal["Host"] = "Host"
+    metadata: ObjectMeta = Field(description="labels: the effective labels profiles select on")
+    spec: HostSpec
+    status: HostStatus
+
+    @classmethod
+    def from_row(cls, row: Host) -> HostDocument:
+        return cls(
+            metadata=ObjectMeta(
+                name=row.name,
+                uid=row.uid,
+                resourceVersion=format_resource_version(row.resource_version),
+                creationTimestamp=row.registered_at,
+                labels=row.effective_labels,
+            ),
+            spec=HostSpec(labels=row.labels, address=row.address),
+            status=HostStatus.from_row(row),
+        )
+
+
+class HostList(BaseModel):
+    apiVersion: Literal["stortune/v1"] = API_VERSION
+    kind: Literal["HostList"] = "HostList"
+    metadata: ListMeta
+    items: list[HostDocument]
+
+
+class LabelsReplace(RequestModel):
+    labels: Labels
+
+
+def _set_values_valid(labels: dict[str, str | None]) -> dict[str, str | None]:
+    check_label_map({k: v for k, v in labels.items() if v is not None})
+    return labels
+
+
+class LabelsMerge(RequestModel):
+    """JSON merge patch of the API-set labels: a null value removes the key."""
+
+    labels: Annotated[dict[str, str | None], Field(max_length=64), AfterValidator(_set_values_valid)]

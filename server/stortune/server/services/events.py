@@ -1,0 +1,65 @@
+"""Events: what happened to which object, deduplicated like Kubernetes events."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from stortune.server.db.tables import Event
+
+EventType = Literal["Normal", "Warning"]
+
+
+def record(
+    session: Session,
+    *,
+    kind: str,
+    name: str,
+    type: EventType,
+    reason: str,
+    message: str,
+    now: datetime,
+    host: str | None = None,
+    profile: str | None = None,
+) -> Event:
+    """Add an event; part of the caller's transaction.
+
+    An event identical to the object's previous one only raises its count, so a
+    flapping host shows one line with count 40, not 40 lines.
+    """
+    last = session.scalars(
+        select(Event)
+        .where(Event.involved_kind == kind, Event.involved_name == name)
+        .order_by(Event.id.desc())
+        .limit(1)
+    ).first()
+    if last is not None and (last.type, last.reason, last.message, last.host, last.profile) == (
+        type, reason, message, host, profile,
+    ):
+        last.count += 1
+        last.last_timestamp = now
+        return last
+    event = Event(
+        involved_kind=kind, involved_name=name, type=type, reason=reason, message=message,
+        host=host, profile=profile, first_timestamp=now, last_timestamp=now, count=1,
+    )
+    session.add(event)
+    return event
+
+
+def list_events(
+    session: Session, *, host: str | None = None, profile: str | None = None, limit: int = 100
+) -> Sequence[Event]:
+    """Newest first."""
+    stmt = select(Event)
+    if host is not None:
+        stmt = stmt.where(Event.host == host)
+    if profile is not None:
+        stmt = stmt.where(Event.profile == profile)
+    return session.scalars(
+        stmt.order_by(Event.last_timestamp.desc(), Event.id.desc()).limit(limit)
+    ).all()

@@ -1,0 +1,290 @@
+"""StorageProfiles: validation, storage with optimistic concurrency, finalization, dry runs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
+
+from stortune.schemas.documents import DocumentError, parse_profile
+from stortune.schemas.plan import Plan
+from stortune.schemas.planner import plan
+from stortune.schemas.profile import LabelSelector, StorageProfile
+from stortune.schemas.topology import Topology
+from stortune.server.controller import request_reconcile
+from stortune.server.db.tables import Host, Profile
+from stortune.server.errors import AlreadyExists, Cause, Conflict, Invalid, NotFound
+from stortune.server.models.common import unstorable
+from stortune.server.models.meta import parse_resource_version
+from stortune.server.services import events, finalizers, hosts
+from stortune.server.services.finalizers import FINALIZER
+from stortune.server.services.versions import current_resource_version, next_resource_version
+
+KIND = "StorageProfile"
+# Metadata the server owns and shows in documents. Clients that send a fetched
+# document back (kubectl-style round trips) must not fail on them; the
+# StorageProfile schema does not know them, so they are dropped before parsing.
+_SERVER_METADATA = ("deletionTimestamp", "finalizers")
+
+
+def validate(data: Any) -> StorageProfile:
+    """A request body -> StorageProfile, or Invalid naming each bad field."""
+    meta = data.get("metadata") if isinstance(data, dict) else None
+    name = meta.get("name") if isinstance(meta, dict) and isinstance(meta.get("name"), str) else None
+    found = unstorable(data)
+    if found:
+        raise Invalid([found], kind=KIND, name=name)
+    if isinstance(meta, dict):
+        data = {**data, "metadata": {k: v for k, v in meta.items() if k not in _SERVER_METADATA}}
+    try:
+        profile = parse_profile(data)
+    except DocumentError as exc:
+        raise Invalid([Cause(p.path, p.message) for p in exc.problems], kind=KIND, name=name) from None
+    if profile.spec.hostSelector is None:
+        raise Invalid([Cause("spec.hostSelector", "required by the control plane: name the hosts this "
+                             "profile applies to with matchLabels or matchExpressions")],
+                      kind=KIND, name=profile.name)
+    return profile
+
+
+def _spec_json(profile: StorageProfile) -> dict[str, Any]:
+    # One canonical form (defaults filled, unset fields absent) so "did the
+    # spec change" is a plain comparison.
+    return profile.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def stored_profile(row: Profile) -> StorageProfile:
+    """The row as the planner takes it, generation included (plans cite it)."""
+    return StorageProfile.model_validate({
+        "metadata": {"name": row.name, "labels": row.labels, "annotations": row.annotations,
+                     "generation": row.generation},
+        "spec": row.spec,
+    })
+
+
+def selector(spec: dict[str, Any]) -> LabelSelector | None:
+    raw = spec.get("hostSelector")
+    return LabelSelector.model_validate(raw) if raw is not None else None
+
+
+def _get(session: Session, name: str) -> Profile:
+    row = session.get(Profile, name)
+    if row is None:
+        raise NotFound(KIND, name)
+    return row
+
+
+def get(session: Session, name: str) -> Profile:
+    return _get(session, name)
+
+
+def list_profiles(
+    session: Session, label_selector: LabelSelector | None = None
+) -> tuple[list[Profile], int]:
+    version = current_resource_version(session)
+    rows = session.scalars(select(Profile).order_by(Profile.name)).all()
+    return [r for r in rows if label_selector is None or label_selector.matches(r.labels)], version
+
+
+def _new_row(profile: StorageProfile, version: int, now: datetime) -> Profile:
+    return Profile(
+        name=profile.name, uid=str(uuid.uuid4()), generation=1, resource_version=version,
+        spec=_spec_json(profile), labels=profile.metadata.labels,
+        annotations=profile.metadata.annotations, status={}, finalizers=[FINALIZER],
+        created_at=now, updated_at=now, deletion_timestamp=None,
+    )
+
+
+def create(session: Session, profile: StorageProfile, now: datetime) -> Profile:
+    version = next_resource_version(session)
+    _check_absent(session, profile.name)
+    row = _new_row(profile, version, now)
+    session.add(row)
+    events.record(session, kind=KIND, name=row.name, profile=row.name, type="Normal", reason="Created",
+                  message="generation 1", now=now)
+    request_reconcile(session, hosts.select_names(session, selector(row.spec)),
+                      f"profile {row.name} created")
+    try:
+        session.commit()
+    except IntegrityError:  # a concurrent create won the race
+        session.rollback()
+        raise AlreadyExists(KIND, profile.name) from None
+    return row
+
+
+def _check_absent(session: Session, name: str) -> None:
+    existing = session.get(Profile, name)
+    if existing is None:
+        return
+    if existing.deletion_timestamp is not None:
+        raise AlreadyExists(KIND, name, f'{KIND} "{name}" already exists and is being deleted; '
+                            "create it again once it is gone")
+    raise AlreadyExists(KIND, name)
+
+
+def _check_preconditions(row: Profile, profile: StorageProfile) -> None:
+    """Optimistic concurrency. An absent resourceVersion is an unconditional
+    update, as Kubernetes allows for most kinds (kubectl replace)."""
+    if row.deletion_timestamp is not None:
+        raise Conflict(f'{KIND} "{row.name}" is being deleted; it cannot be changed', kind=KIND,
+                       name=row.name)
+    meta = profile.metadata
+    if meta.uid is not None and meta.uid != row.uid:
+        raise Conflict(f'{KIND} "{row.name}": metadata.uid {meta.uid} is not the stored object '
+                       f"({row.uid}); it was deleted and created again", kind=KIND, name=row.name)
+    if meta.resourceVersion is not None and parse_resource_version(meta.resourceVersion) != (
+        row.resource_version
+    ):
+        raise Conflict(
+            f'Operation cannot be fulfilled on {KIND} "{row.name}": the object has been modified '
+            f"(resourceVersion {meta.resourceVersion}, now {row.resource_version}); "
+            "read it again and apply your change to the latest version",
+            kind=KIND, name=row.name)
+
+
+def _replacement(row: Profile, profile: StorageProfile) -> dict[str, Any]:
+    spec = _spec_json(profile)
+    return {
+        "spec": spec,
+        "labels": profile.metadata.labels,
+        "annotations": profile.metadata.annotations,
+        # generation counts spec changes only: metadata edits do not make hosts re-apply.
+        "generation": row.generation + 1 if spec != row.spec else row.generation,
+    }
+
+
+def replace(session: Session, name: str, profile: StorageProfile, now: datetime) -> Profile:
+    _check_name(name, profile)
+    version = next_resource_version(session)
+    row = _get(session, name)
+    _check_preconditions(row, profile)
+    old_selector = selector(row.spec)
+    new = _replacement(row, profile)
+    if all(getattr(row, k) == v for k, v in new.items()):
+        session.rollback()  # a no-op write keeps its resourceVersion, as in Kubernetes
+        return row
+    spec_changed = new["generation"] != row.generation
+    for key, value in new.items():
+        setattr(row, key, value)
+    row.resource_version = version
+    row.updated_at = now
+    if spec_changed:
+        events.record(session, kind=KIND, name=name, profile=name, type="Normal", reason="Updated",
+                      message=f"generation {row.generation}", now=now)
+        targets = {*hosts.select_names(session, old_selector),
+                   *hosts.select_names(session, selector(row.spec))}
+        request_reconcile(session, sorted(targets), f"profile {name} changed")
+    try:
+        session.commit()
+    except StaleDataError:
+        session.rollback()
+        raise Conflict(f'{KIND} "{name}" was modified concurrently; read it again', kind=KIND,
+                       name=name) from None
+    return row
+
+
+def _check_name(name: str, profile: StorageProfile) -> None:
+    if profile.name != name:
+        raise Invalid([Cause("metadata.name", f"{profile.name!r} does not match the name in the URL "
+                             f"({name!r})")], kind=KIND, name=name)
+
+
+def write_status(session: Session, name: str, status: dict[str, Any], now: datetime) -> Profile:
+    """The reconciler's report on a profile: a write (new resourceVersion), never a new generation."""
+    version = next_resource_version(session)
+    row = _get(session, name)
+    row.status = status
+    row.resource_version = version
+    row.updated_at = now
+    session.commit()
+    return row
+
+
+def delete(session: Session, name: str, now: datetime) -> tuple[Profile, bool]:
+    """Delete, or start finalizing: returns the object and whether deletion is pending.
+
+    While any host reports the profile applied, the row stays with
+    deletionTimestamp set, so the reconciler can still see which settings to
+    restore; it goes when the last of those hosts reports it gone or is deleted.
+    """
+    version = next_resource_version(session)
+    row = _get(session, name)
+    if row.deletion_timestamp is not None:
+        session.rollback()
+        return row, True
+    holders = finalizers.holding(session, name)
+    targets = {*holders, *hosts.select_names(session, selector(row.spec))}
+    if holders:
+        row.deletion_timestamp = now
+        row.resource_version = version
+        row.updated_at = now
+        events.record(session, kind=KIND, name=name, profile=name, type="Normal", reason="Deleting",
+                      message=f"waiting for {len(holders)} host(s) to restore its settings: "
+                      + ", ".join(holders), now=now)
+    else:
+        session.delete(row)
+        events.record(session, kind=KIND, name=name, profile=name, type="Normal", reason="Deleted",
+                      message="no host had it applied", now=now)
+    request_reconcile(session, sorted(targets), f"profile {name} deleted")
+    session.commit()
+    if not holders:
+        row.deletion_timestamp = now  # the returned document shows what happened
+    return row, bool(holders)
+
+
+# Dry runs ------------------------------------------------------------------
+
+HostPlans = dict[str, Plan | None]  # None: the host has not reported a topology
+
+
+def _with_generation(profile: StorageProfile, generation: int) -> StorageProfile:
+    meta = profile.metadata.model_copy(update={"generation": generation})
+    return profile.model_copy(update={"metadata": meta})
+
+
+def plans(session: Session, profile: StorageProfile) -> HostPlans:
+    """For every host the profile selects: plan it with the other live profiles selecting that host."""
+    chosen = profile.spec.hostSelector
+    others = [
+        stored_profile(r) for r in session.scalars(
+            select(Profile).where(Profile.deletion_timestamp.is_(None), Profile.name != profile.name)
+        ).all()
+    ]
+    result: HostPlans = {}
+    for host in session.scalars(select(Host).order_by(Host.name)).all():
+        labels = host.effective_labels
+        if chosen is None or not chosen.matches(labels):
+            continue
+        if host.topology is None:
+            result[host.name] = None
+            continue
+        selected = [p for p in others if p.spec.hostSelector and p.spec.hostSelector.matches(labels)]
+        result[host.name] = plan([profile, *selected], Topology.model_validate(host.topology))
+    return result
+
+
+def preview_create(session: Session, profile: StorageProfile, now: datetime) -> tuple[Profile, HostPlans]:
+    """What create would store and do, storing nothing."""
+    _check_absent(session, profile.name)
+    row = _new_row(profile, 0, now)
+    return row, plans(session, _with_generation(profile, row.generation))
+
+
+def preview_replace(
+    session: Session, name: str, profile: StorageProfile
+) -> tuple[Profile, HostPlans]:
+    """What replace would store and do, storing nothing."""
+    _check_name(name, profile)
+    row = _get(session, name)
+    _check_preconditions(row, profile)
+    preview = Profile(**{attr: getattr(row, attr) for attr in _COLUMNS}, **_replacement(row, profile))
+    return preview, plans(session, _with_generation(profile, preview.generation))
+
+
+_COLUMNS = ("name", "uid", "resource_version", "status", "finalizers", "created_at", "updated_at",
+            "deletion_timestamp")

@@ -1,0 +1,202 @@
+"""Agents register and renew leases; operators label hosts; hosts can be declared gone."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+
+from stortune.server import RecordingController
+from stortune.server.db.tables import HostConditionChange
+from stortune.server.services import hosts
+from tests.server.builders import API, loop_topology, registration
+from tests.server.support import FakeClock, TestClient
+
+AGENTS = f"{API}/agents"
+HOSTS = f"{API}/hosts"
+
+
+def test_register_then_read_the_host(client: TestClient, controller: RecordingController) -> None:
+    response = client.post(f"{AGENTS}/register", json=registration("h1"))
+    assert response.status_code == 200, response.text
+    assert response.json() == {"name": "h1", "heartbeat_interval_s": 5.0, "lease_duration_s": 15.0,
+                               "topology_wanted": True}
+    assert controller.requests[-1] == ("h1", "agent registered")
+
+    host = client.get(f"{HOSTS}/h1").json()
+    assert host["kind"] == "Host" and host["apiVersion"] == "stortune/v1"
+    assert host["metadata"]["labels"] == {"role": "streamer"}
+    assert host["spec"] == {"labels": {}, "address": "h1.example:7443"}
+    status = host["status"]
+    assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
+        ("Ready", "True", "AgentRegistered")]
+    assert status["bootId"] == "boot-1" and status["facts"]["kernel"] == "6.1.0"
+    assert client.get(f"{HOSTS}/h1/status").json() == status
+    assert [h["metadata"]["name"] for h in client.get(HOSTS).json()["items"]] == ["h1"]
+
+
+def test_unknown_host_is_404(client: TestClient) -> None:
+    calls: list[tuple[str, str, dict[str, Any] | None]] = [
+        ("GET", f"{HOSTS}/ghost", None), ("GET", f"{HOSTS}/ghost/status", None),
+        ("GET", f"{HOSTS}/ghost/topology", None), ("DELETE", f"{HOSTS}/ghost", None),
+        ("PUT", f"{HOSTS}/ghost/labels", {"labels": {}}),
+        ("PATCH", f"{HOSTS}/ghost/labels", {"labels": {}}),
+        ("POST", f"{AGENTS}/ghost/heartbeat", {"topology_hash": "", "boot_id": ""}),
+        ("PUT", f"{AGENTS}/ghost/topology", {"topology": loop_topology().model_dump(mode="json")}),
+    ]
+    for method, path, body in calls:
+        response = client.request(method, path, json=body)
+        assert response.status_code == 404, (method, path, response.text)
+        assert response.json()["details"]["kind"] == "Host"
+
+
+def test_topology_with_registration_and_hash_tracking(client: TestClient) -> None:
+    topology = loop_topology()
+    digest = topology.structure_hash()
+    response = client.post(f"{AGENTS}/register", json=registration(topology=topology, topology_hash=digest))
+    assert response.json()["topology_wanted"] is False
+    assert client.get(f"{HOSTS}/h1/topology").json()["devices"][0]["name"] == "loop0"
+
+    beat = client.post(f"{AGENTS}/h1/heartbeat", json={"topology_hash": digest, "boot_id": "boot-1"})
+    assert beat.status_code == 200 and beat.json()["topology_wanted"] is False
+    beat = client.post(f"{AGENTS}/h1/heartbeat", json={"topology_hash": "different", "boot_id": "boot-1"})
+    assert beat.json()["topology_wanted"] is True
+
+    # Re-registering with the known hash and no topology keeps the stored one.
+    again = client.post(f"{AGENTS}/register", json=registration(topology_hash=digest))
+    assert again.json()["topology_wanted"] is False
+
+
+def test_topology_upload(client: TestClient, controller: RecordingController) -> None:
+    client.post(f"{AGENTS}/register", json=registration())
+    assert client.get(f"{HOSTS}/h1/topology").json() is None
+    controller.clear()
+    body = {"topology": loop_topology().model_dump(mode="json")}
+    response = client.put(f"{AGENTS}/h1/topology", json=body)
+    assert response.status_code == 200, response.text
+    accepted = response.json()
+    assert accepted["changed"] is True
+    assert accepted["topology_hash"] == loop_topology().structure_hash()  # computed when not given
+    assert controller.requests[-1] == ("h1", "topology changed")
+    assert client.put(f"{AGENTS}/h1/topology", json=body).json()["changed"] is False
+
+    beat = client.post(f"{AGENTS}/h1/heartbeat",
+                       json={"topology_hash": accepted["topology_hash"], "boot_id": "boot-1"})
+    assert beat.json()["topology_wanted"] is False
+    bad = {"topology": {"devices": [{"name": "x", "kind": "floppy", "id": "x"}]}}
+    response = client.put(f"{AGENTS}/h1/topology", json=bad)
+    assert response.status_code == 422
+    assert response.json()["details"]["causes"][0]["field"] == "topology.devices[0].kind"
+
+
+def test_heartbeat_renews_the_lease_without_a_resource_write(client: TestClient, clock: FakeClock) -> None:
+    client.post(f"{AGENTS}/register", json=registration())
+    before = client.get(f"{HOSTS}/h1").json()
+    clock.advance(5)
+    beat = client.post(f"{AGENTS}/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"})
+    assert beat.json()["lease_expires"] == "2025-03-01T12:00:20Z"
+    after = client.get(f"{HOSTS}/h1").json()
+    assert after["status"]["leaseExpires"] == "2025-03-01T12:00:20Z"
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+
+
+def test_lease_expiry_and_recovery(app: Any, client: TestClient, clock: FakeClock,
+                                   controller: RecordingController) -> None:
+    client.post(f"{AGENTS}/register", json=registration())
+    clock.advance(14)
+    with app.state.sessions() as session:
+        assert hosts.expire_leases(session, clock()) == []
+    clock.advance(2)
+    with app.state.sessions() as session:
+        assert hosts.expire_leases(session, clock()) == ["h1"]
+        assert hosts.expire_leases(session, clock()) == []  # already marked
+    ready = client.get(f"{HOSTS}/h1/status").json()["conditions"][0]
+    assert (ready["status"], ready["reason"]) == ("False", "LeaseExpired")
+    assert ready["lastTransitionTime"] == "2025-03-01T12:00:16Z"
+
+    controller.clear()
+    clock.advance(1)
+    client.post(f"{AGENTS}/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"})
+    ready = client.get(f"{HOSTS}/h1/status").json()["conditions"][0]
+    assert (ready["status"], ready["reason"]) == ("True", "LeaseRenewed")
+    assert controller.requests[-1] == ("h1", "lease renewed")
+
+    with app.state.sessions() as session:
+        history = session.scalars(select(HostConditionChange).order_by(HostConditionChange.id)).all()
+        assert [(h.type, h.status, h.reason) for h in history] == [
+            ("Ready", "True", "AgentRegistered"), ("Ready", "False", "LeaseExpired"),
+            ("Ready", "True", "LeaseRenewed")]
+    warnings = client.get(f"{API}/events?host=h1").json()["items"]
+    assert any(e["type"] == "Warning" and e["reason"] == "LeaseExpired" for e in warnings)
+
+
+def test_reboot_seen_in_a_heartbeat(client: TestClient, controller: RecordingController) -> None:
+    client.post(f"{AGENTS}/register", json=registration(boot_id="boot-1"))
+    controller.clear()
+    client.post(f"{AGENTS}/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-2"})
+    assert client.get(f"{HOSTS}/h1").json()["status"]["bootId"] == "boot-2"
+    assert controller.requests[-1] == ("h1", "host rebooted")
+    assert client.get(f"{API}/events?host=h1&limit=1").json()["items"][0]["reason"] == "Rebooted"
+
+
+def test_api_labels_win_over_reported_ones(client: TestClient, controller: RecordingController) -> None:
+    client.post(f"{AGENTS}/register", json=registration(labels={"role": "streamer", "rack": "r1"}))
+    controller.clear()
+    response = client.put(f"{HOSTS}/h1/labels", json={"labels": {"role": "db", "tier": "gold"}})
+    assert response.status_code == 200, response.text
+    host = response.json()
+    assert host["metadata"]["labels"] == {"role": "db", "rack": "r1", "tier": "gold"}
+    assert host["spec"]["labels"] == {"role": "db", "tier": "gold"}
+    assert host["status"]["reportedLabels"] == {"role": "streamer", "rack": "r1"}
+    assert controller.requests[-1] == ("h1", "labels changed")
+
+    # The agent registering again does not undo the operator's label.
+    client.post(f"{AGENTS}/register", json=registration(labels={"role": "streamer"}))
+    assert client.get(f"{HOSTS}/h1").json()["metadata"]["labels"] == {"role": "db", "tier": "gold"}
+
+    merged = client.patch(f"{HOSTS}/h1/labels", json={"labels": {"role": None, "zone": "a"}}).json()
+    assert merged["spec"]["labels"] == {"tier": "gold", "zone": "a"}
+    assert merged["metadata"]["labels"] == {"role": "streamer", "tier": "gold", "zone": "a"}
+
+    selected = client.get(HOSTS, params={"labelSelector": "role=streamer,zone"}).json()["items"]
+    assert [h["metadata"]["name"] for h in selected] == ["h1"]
+
+
+def test_bad_labels_are_422_naming_the_label(client: TestClient) -> None:
+    client.post(f"{AGENTS}/register", json=registration())
+    for method in ("PUT", "PATCH"):
+        response = client.request(method, f"{HOSTS}/h1/labels", json={"labels": {"ok": "yes", "tier": "a b"}})
+        assert response.status_code == 422, response.text
+        (cause,) = response.json()["details"]["causes"]
+        assert cause["field"] == "labels" and "'tier'" in cause["message"]
+    bad = registration(labels={"-bad-key": "x"})
+    response = client.post(f"{AGENTS}/register", json=bad)
+    assert response.status_code == 422 and "'-bad-key'" in response.json()["message"]
+
+
+def test_registration_validation(client: TestClient) -> None:
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"name": "Not_A_Name"}, "name"), ({"address": "no-port"}, "address"), ({"extra": 1}, "extra"),
+        ({"facts": {"boot_id": "x" * 100}}, "facts.boot_id"),
+        ({"facts": {"nested": {"a": 1}}}, "facts"), ({"facts": {"load": 1.5}}, "facts"),
+    ]
+    for change, field in cases:
+        response = client.post(f"{AGENTS}/register", json={**registration(), **change})
+        assert response.status_code == 422, (change, response.text)
+        assert response.json()["details"]["causes"][0]["field"] == field
+    facts = {"kernel": "6.1.0", "boot_id": "b", "cpus": 8, "virtual": True, "site": None}
+    accepted = client.post(f"{AGENTS}/register", json={**registration(), "facts": facts})
+    assert accepted.status_code == 200, accepted.text
+    stored = client.get(f"{HOSTS}/h1").json()["status"]["facts"]
+    assert stored == {k: v for k, v in facts.items() if v is not None}
+    response = client.post(f"{AGENTS}/register", json={**registration(), "address": "h\x00:1"})
+    assert response.status_code == 422 and "NUL" in response.json()["message"]
+
+
+def test_delete_host(client: TestClient) -> None:
+    client.post(f"{AGENTS}/register", json=registration())
+    response = client.delete(f"{HOSTS}/h1")
+    assert response.status_code == 200 and response.json()["metadata"]["name"] == "h1"
+    assert client.get(f"{HOSTS}/h1").status_code == 404
+    # It may come back: registering creates it again.
+    assert client.post(f"{AGENTS}/register", json=registration()).status_code == 200
