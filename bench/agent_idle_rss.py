@@ -2,7 +2,7 @@
 
 Starts the agent with an empty state directory (nothing to apply, so it only
 watches for device changes), lets it settle, samples VmRSS/VmHWM a few times
-and stops it.
+and stops it: once standalone, once serving the agent API with mutual TLS.
 """
 
 from __future__ import annotations
@@ -50,9 +50,26 @@ def measure(label: str, extra: list[str]) -> None:
         shutil.rmtree(state, ignore_errors=True)
 
 
+def agent_certificate(directory: Path) -> list[str]:
+    """A CA and an agent certificate, as the control plane would issue them: the managed agent
+    serves mutual TLS."""
+    from stortune.api.agent import tls
+
+    ca = tls.CertificateAuthority.create()
+    files = tls.TLSFiles.in_dir(directory, "agent")
+    key = tls.new_key()
+    files.write(key, ca.sign_agent(tls.make_csr(key, "bench"), "bench"), ca.cert_pem)
+    return ["--tls-cert", str(files.cert), "--tls-key", str(files.key), "--tls-ca", str(files.ca)]
+
+
 def main() -> int:
     measure("standalone (hot-plug watch only)", [])
-    measure("with the gRPC agent API on 127.0.0.1", ["--listen", "127.0.0.1:0"])
+    certs = Path(tempfile.mkdtemp(prefix="stortune-bench-tls-"))
+    try:
+        measure("with the gRPC agent API (mutual TLS) on 127.0.0.1",
+                ["--listen", "127.0.0.1:0", "--name", "bench", *agent_certificate(certs)])
+    finally:
+        shutil.rmtree(certs, ignore_errors=True)
     return 0
 
 

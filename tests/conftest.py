@@ -16,6 +16,9 @@ import pytest
 
 GOLDEN_DIR = Path(__file__).parent / "golden"
 
+# Real loop devices for any test that asks (agent, rpc, e2e).
+pytest_plugins = ["tests.loopdev", "tests.fixtures.agent_host"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

@@ -1,4 +1,4 @@
-"""Layering: schemas is pure; the agent never imports the control plane."""
+"""Layering: schemas is pure; the agent never imports the control plane; the CLI is a REST client."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ ROOT = Path(__file__).resolve().parents[1]
 FORBIDDEN = {
     "schemas": ("stortune.agent", "stortune.server", "os", "subprocess", "socket"),
     "agent": ("stortune.server",),
+    # It speaks to the control plane over HTTP only; validation and plans come from schemas.
+    "cli": ("stortune.server", "stortune.agent"),
 }
 
 

@@ -41,6 +41,11 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
         check=True, capture_output=True, text=True, cwd=tmp_path)
     assert probe.stdout.strip() == "[]"
 
+    for script in ("stortune", "stortune-server"):
+        out = subprocess.run([str(env_dir / "bin" / script), "--help"], check=True,
+                             capture_output=True, text=True)
+        assert "usage:" in out.stdout
+
     agent = env_dir / "bin" / "stortune-agent"
     out = subprocess.run([str(agent), "--help"], check=True, capture_output=True, text=True)
     assert "topology" in out.stdout

@@ -85,7 +85,11 @@ def crash_during_last_write(tmp_path: Path) -> tuple[KernelFS, Path]:
     )
     try:
         deadline = time.monotonic() + 30
-        while not any(i.tunable == "read_ahead_kb" for p in journal.pending(state) for i in p.intents):
+        # The planned write's intent, not the side record of read_ahead_kb that the
+        # max_sectors_kb write journals first (it resets read-ahead): waiting for that
+        # one would kill the child before max_sectors_kb is written.
+        while not any(i.tunable == "read_ahead_kb" and i.cause is None
+                      for p in journal.pending(state) for i in p.intents):
             if child.poll() is not None:
                 pytest.fail(f"apply exited ({child.returncode}) before blocking: {child.stderr!r}")
             if time.monotonic() > deadline:

@@ -20,7 +20,8 @@ from stortune.server.agentclient import (
     AgentUnreachable,
     Timeouts,
 )
-from tests.rpc.conftest import BOOT_ID, LOOP_ID, Host, call, free_port, profile
+from tests.fixtures.agent_host import BOOT_ID, LOOP_ID, Host
+from tests.rpc.conftest import call, free_port, profile
 
 
 def test_get_topology_returns_the_host_and_its_devices(agent: Agent) -> None:
@@ -227,3 +228,24 @@ def test_channels_are_cached_per_address(agent: Agent) -> None:
         return clients.stub(agent.address) is stub
 
     assert call(scenario)
+
+
+def test_collect_diagnostics_streams_the_hosts_bundle(host: Host, tmp_path: Path) -> None:
+    from stortune.agent.serve import Agent, ServeOptions
+    from stortune.schemas.bundle import unpack, verify
+
+    no_tools = tmp_path / "no-tools"
+    no_tools.mkdir()
+    running = Agent(host.fs, tmp_path / "diag-state",
+                    ServeOptions(listen="127.0.0.1:0", rescan_interval=3600, grace=1,
+                                 tool_path=str(no_tools), insecure=True))
+    running.start()
+    try:
+        data = call(lambda c: c.for_address(running.address).collect_diagnostics(5.0))
+    finally:
+        running.stop()
+    assert verify(data) == []
+    bundle = unpack(data)
+    assert bundle.info.host == "rpc-host"
+    assert "topology.json" in bundle.files and "proc/partitions" in bundle.files
+    assert {m.tool for m in bundle.info.missing} >= {"lsblk", "dmesg"}

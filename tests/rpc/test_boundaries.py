@@ -18,7 +18,7 @@ from tests.test_boundaries import imports
 ROOT = Path(__file__).resolve().parents[2]
 WIRE = ROOT / "proto" / "stortune" / "api" / "agent" / "wire.py"
 SOURCE_DIRS = ("agent", "schemas", "server", "proto", "tests", "bench")
-GRPC_IN_AGENT = {"rpc.py", "serve.py"}
+GRPC_IN_AGENT = {"rpc.py", "serve.py", "mtls.py"}
 
 
 def _generated(name: str) -> bool:

@@ -23,7 +23,8 @@ from stortune.server.agentclient import (
     FakeAgentClient,
     FakeAgentClients,
 )
-from tests.rpc.conftest import LOOP_ID, Host, call, profile
+from tests.fixtures.agent_host import LOOP_ID, Host
+from tests.rpc.conftest import call, profile
 
 Scenario = Callable[[AgentClient], Awaitable[Any]]
 

@@ -10,6 +10,7 @@ import itertools
 import json
 import logging
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -27,7 +28,8 @@ from stortune.agent import cli
 from stortune.agent.registration import Registrar, RegistrationConfig, backoff_delay
 from stortune.agent.serve import Agent, ServeOptions
 from stortune.schemas.topology import Topology
-from tests.rpc.conftest import BOOT_ID, Host, call
+from tests.fixtures.agent_host import BOOT_ID, Host
+from tests.rpc.conftest import call
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -38,6 +40,7 @@ class Request:
     path: str
     body: dict[str, Any]
     at: float
+    authorization: str | None = None
 
 
 Reply = tuple[int, dict[str, Any]]
@@ -62,10 +65,11 @@ class FakeControlPlane:
             return "topology"
         return "other"
 
-    def reply(self, method: str, path: str, body: dict[str, Any]) -> Reply:
+    def reply(self, method: str, path: str, body: dict[str, Any],
+              authorization: str | None = None) -> Reply:
         kind = self.kind(method, path)
         with self.lock:
-            self.requests.append(Request(method, path, body, time.monotonic()))
+            self.requests.append(Request(method, path, body, time.monotonic(), authorization))
             scripted = self.script.get(kind)
             if scripted:
                 return scripted.pop(0)
@@ -102,7 +106,7 @@ def plane() -> Iterator[FakeControlPlane]:
         def _handle(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-            status, data = fake.reply(self.command, self.path, body)
+            status, data = fake.reply(self.command, self.path, body, self.headers.get("Authorization"))
             payload = json.dumps(data).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -135,7 +139,7 @@ def managed(host: Host, tmp_path: Path, plane: FakeControlPlane) -> Iterator[Cal
     def start(**options: Any) -> Agent:
         opts = {"listen": "127.0.0.1:0", "server": plane.url, "name": "rpc-host",
                 "labels": {"role": "streamer"}, "rescan_interval": 3600.0, "grace": 1.0,
-                "backoff_base": 0.05, "backoff_cap": 0.4, **options}
+                "backoff_base": 0.05, "backoff_cap": 0.4, "insecure": True, **options}
         agent = Agent(host.fs, tmp_path / "state", ServeOptions(**opts))
         started.append(agent)
         agent.start()
@@ -221,7 +225,8 @@ def test_backs_off_while_the_server_fails_then_registers(
     assert len(attempts) == 7
     gaps = [b.at - a.at for a, b in itertools.pairwise(attempts)]
     assert max(gaps) <= 0.4 + 0.6  # capped (plus slack for a loaded CI machine)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warnings = [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and r.name == "stortune.agent.registration"]
     assert len(warnings) == 1, warnings  # once per state change, not per attempt
     assert "HTTP 503" in warnings[0] and "starting up" in warnings[0]
     assert any("reachable again after 6 failed attempt(s)" in r.getMessage() for r in caplog.records)
@@ -267,16 +272,20 @@ def test_an_unreachable_server_is_retried_with_growing_delays(host: Host) -> Non
 
 def test_serve_subprocess_registers_and_stops_cleanly_on_sigterm(
         host: Host, tmp_path: Path, plane: FakeControlPlane) -> None:
-    cmd = [sys.executable, "-m", "stortune.agent.cli", "serve", "--server", plane.url,
+    secret = "stt_" + secrets.token_urlsafe(32)
+    (tmp_path / "agent.token").write_text(secret + "\n")
+    cmd = [sys.executable, "-m", "stortune.agent.cli", "-v", "serve", "--server", plane.url,
            "--listen", "127.0.0.1:0", "--name", "sub-agent", "--label", "role=test",
            "--sysfs", str(host.fs.sysfs), "--procfs", str(host.fs.procfs),
-           "--state-dir", str(tmp_path / "state")]
+           "--state-dir", str(tmp_path / "state"), "--token-file", str(tmp_path / "agent.token"),
+           "--insecure"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         plane.wait_for(lambda: len(plane.of("heartbeat")) >= 1, timeout=20)
         register = plane.of("register")[0].body
         assert register["name"] == "sub-agent" and register["labels"] == {"role": "test"}
+        assert {r.authorization for r in plane.requests} == {f"Bearer {secret}"}
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=15)
     finally:
@@ -287,6 +296,22 @@ def test_serve_subprocess_registers_and_stops_cleanly_on_sigterm(
     assert f"agent API listening on {register['address']}" in stderr
     assert "agent stopped" in stderr
     assert "Traceback" not in stderr
+    assert secret not in stderr  # debug logging (-v) included
+
+
+def test_a_refused_token_is_retried_with_backoff_and_a_hint(
+        managed: Callable[..., Agent], plane: FakeControlPlane,
+        caplog: pytest.LogCaptureFixture) -> None:
+    plane.script["register"] = [(401, {"message": "unknown token"})] * 2
+    secret = "stt_" + secrets.token_urlsafe(32)
+    with caplog.at_level(logging.DEBUG, logger="stortune.agent"):
+        managed(token=secret)
+        plane.wait_for(lambda: len(plane.of("heartbeat")) >= 1)
+    assert len(plane.of("register")) == 3
+    assert {r.authorization for r in plane.requests} == {f"Bearer {secret}"}
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "HTTP 401" in logged and "--token-file" in logged
+    assert secret not in logged
 
 
 @pytest.mark.parametrize(("argv", "message"), [
@@ -327,6 +352,7 @@ def test_a_busy_listen_address_is_a_clear_error(
         taken.listen(1)
         port = taken.getsockname()[1]
         code = cli.main(["serve", "--listen", f"127.0.0.1:{port}", "--sysfs", str(host.fs.sysfs),
-                         "--procfs", str(host.fs.procfs), "--state-dir", str(tmp_path / "state")])
+                         "--procfs", str(host.fs.procfs), "--state-dir", str(tmp_path / "state"),
+                         "--insecure"])
     assert code == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

@@ -127,3 +127,21 @@ def test_committed_json_schema_is_fresh() -> None:
         assert (committed / name).read_text() == text, (
             f"schemas/jsonschema/{name} is stale: run python -m stortune.schemas.export"
         )
+
+
+@pytest.mark.parametrize(
+    ("raw", "value"),
+    [("1000 (system)", "system"), ("5000 (local)", 5000), ("system", "system"), ("200000", 200000),
+     ("system\n", "system")],
+)
+def test_md_sync_speed_reads_every_form_it_is_found_in(raw: str, value: object) -> None:
+    # The kernel prints "N (system|local)"; a restored fixture file holds the bare
+    # word or number that was written, and restore must read it back as equal.
+    tunable = catalog.CATALOG["sync_speed_max"]
+    assert tunable.parse(raw) == (value, None)
+    assert tunable.parse(tunable.format(value))[0] == value
+
+
+def test_md_sync_speed_rejects_other_words() -> None:
+    with pytest.raises(catalog.TunableValueError):
+        catalog.CATALOG["sync_speed_max"].parse("fast")

@@ -8,8 +8,9 @@ emptied after each test. Unreachable: the PostgreSQL cases skip and say why.
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,12 @@ from fastapi import FastAPI
 from psycopg import sql
 from sqlalchemy.engine import make_url
 
+from stortune.api.agent import tls
 from stortune.server import RecordingController, Settings, create_app
+from stortune.server.agentclient import FakeAgentClients
+from stortune.server.auth import Role
 from stortune.server.db.tables import Base
-from tests.server.support import AppFactory, FakeClock, TestClient
+from tests.server.support import AppFactory, FakeClock, TestClient, admin_client, issue_token
 
 PG_ADMIN_URL = os.environ.get("STORTUNE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -70,14 +74,32 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture(scope="session")
+def agent_pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The agents' CA and the control plane's client certificate, as `certs init` makes them."""
+    directory = tmp_path_factory.mktemp("pki")
+    tls.init_pki(directory)
+    return directory
+
+
 @pytest.fixture
-def make_app(db_url: str, clock: FakeClock) -> Iterator[AppFactory]:
-    """Apps on the test's database; each one's engine is disposed at the end."""
+def make_app(db_url: str, clock: FakeClock, agent_pki: Path) -> Iterator[AppFactory]:
+    """Apps on the test's database; each one's engine is disposed at the end.
+
+    ``agents=`` (an AgentClientFactory, e.g. FakeAgentClients) runs the real
+    reconciler against it; otherwise reconcile requests go to a RecordingController.
+    """
     apps: list[FastAPI] = []
 
     def build(**overrides: Any) -> FastAPI:
-        controller = overrides.pop("controller", RecordingController())
-        app = create_app(Settings(db_url=db_url, **overrides), controller=controller, clock=clock)
+        agents = overrides.pop("agents", None)
+        controller = overrides.pop("controller", None if agents is not None else RecordingController())
+        # Routes that dial agents (diagnostics, benchmarks) get fakes unless a test brings its own.
+        agents = agents if agents is not None else FakeAgentClients()
+        # The lease times the tests count with (the fake clock advances past them).
+        timing = {"lease_duration_s": 15, "heartbeat_interval_s": 5, "agent_pki": agent_pki}
+        app = create_app(Settings(db_url=db_url, **{**timing, **overrides}), controller=controller,
+                         agents=agents, clock=clock)
         apps.append(app)
         return app
 
@@ -93,11 +115,47 @@ def app(make_app: AppFactory) -> FastAPI:
 
 @pytest.fixture
 def client(app: FastAPI) -> Iterator[TestClient]:
-    with TestClient(app) as test_client:
+    """The app as an admin sees it (admin may do everything, the agent calls included)."""
+    with admin_client(app) as test_client:
         yield test_client
+
+
+TokenFor = Callable[..., str]
+
+
+@pytest.fixture
+def token_for(app: FastAPI) -> TokenFor:
+    """``token_for("support", hosts="role=streamer", expires_in="72h")``: a new token's secret."""
+
+    def issue(role: Role | str, *, hosts: str | None = None, expires_in: str | None = None,
+              name: str | None = None) -> str:
+        return issue_token(app, role, hosts=hosts, expires_in=expires_in, name=name)
+
+    return issue
 
 
 @pytest.fixture
 def controller(app: FastAPI) -> RecordingController:
     recorder: RecordingController = app.state.controller
     return recorder
+
+
+Eventually = Callable[..., Any]
+
+
+@pytest.fixture
+def eventually() -> Eventually:
+    """``eventually(check, timeout=15)``: poll ``check`` until it returns something truthy
+    and return that, or fail naming what was awaited. For background work (the reconciler)."""
+
+    def wait(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+        deadline = time.monotonic() + timeout
+        while True:
+            value = check()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"not within {timeout}s: {what or check}; last: {value!r}")
+            time.sleep(0.02)
+
+    return wait

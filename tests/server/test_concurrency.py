@@ -11,13 +11,13 @@ from fastapi import FastAPI
 from stortune.server.errors import Conflict
 from stortune.server.services import hosts, profiles
 from tests.server.builders import API, profile_doc, registration
-from tests.server.support import TestClient
+from tests.server.support import admin_client
 
 WRITERS = 8
 
 
 def test_one_of_many_writers_with_the_same_version_wins(app: FastAPI) -> None:
-    with TestClient(app) as client:
+    with admin_client(app) as client:
         first = client.post(f"{API}/profiles", json=profile_doc()).json()
     start = threading.Barrier(WRITERS)
 
@@ -42,7 +42,7 @@ def test_heartbeats_and_writes_interleave(app: FastAPI) -> None:
     """Heartbeats (one UPDATE, no counter) racing label writes (counter, then row) never deadlock."""
     from stortune.server.models.agents import Heartbeat
 
-    with TestClient(app) as client:
+    with admin_client(app) as client:
         client.post(f"{API}/agents/register", json=registration("h1"))
 
     def beat(_: int) -> None:

@@ -11,7 +11,7 @@ from stortune.server.controller import request_reconcile
 from stortune.server.db.engine import make_engine, make_sessions
 from stortune.server.db.migrate import upgrade
 from tests.server.builders import API, registration
-from tests.server.support import AppFactory, TestClient
+from tests.server.support import AppFactory, admin_client
 
 
 class Probe:
@@ -33,7 +33,7 @@ def test_enqueue_happens_after_commit(make_app: AppFactory) -> None:
     assert isinstance(probe, Controller)
     app = make_app(controller=probe)
     probe.sessions = app.state.sessions
-    with TestClient(app) as client:
+    with admin_client(app) as client:
         client.post(f"{API}/agents/register", json=registration("h1"))
     assert probe.seen == [("h1", True)]  # the reconciler can already read the new host
 

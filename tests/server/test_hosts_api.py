@@ -28,8 +28,9 @@ def test_register_then_read_the_host(client: TestClient, controller: RecordingCo
     assert host["metadata"]["labels"] == {"role": "streamer"}
     assert host["spec"] == {"labels": {}, "address": "h1.example:7443"}
     status = host["status"]
+    # Reachable comes from the agent; Ready waits for the reconciler's first verdict.
     assert [(c["type"], c["status"], c["reason"]) for c in status["conditions"]] == [
-        ("Ready", "True", "AgentRegistered")]
+        ("Ready", "Unknown", "Reconciling"), ("Reachable", "True", "AgentRegistered")]
     assert status["bootId"] == "boot-1" and status["facts"]["kernel"] == "6.1.0"
     assert client.get(f"{HOSTS}/h1/status").json() == status
     assert [h["metadata"]["name"] for h in client.get(HOSTS).json()["items"]] == ["h1"]
@@ -91,13 +92,32 @@ def test_topology_upload(client: TestClient, controller: RecordingController) ->
 
 def test_heartbeat_renews_the_lease_without_a_resource_write(client: TestClient, clock: FakeClock) -> None:
     client.post(f"{AGENTS}/register", json=registration())
-    before = client.get(f"{HOSTS}/h1").json()
+    before_etag = client.get(f"{HOSTS}/h1").headers["ETag"]
     clock.advance(5)
     beat = client.post(f"{AGENTS}/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"})
     assert beat.json()["lease_expires"] == "2025-03-01T12:00:20Z"
-    after = client.get(f"{HOSTS}/h1").json()
-    assert after["status"]["leaseExpires"] == "2025-03-01T12:00:20Z"
-    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    lease = client.get(f"{HOSTS}/h1/lease").json()
+    assert (lease["renewTime"], lease["expireTime"], lease["expired"]) == (
+        "2025-03-01T12:00:05Z", "2025-03-01T12:00:20Z", False)
+    # The host document is untouched, so its cached body and ETag stay valid.
+    after = client.get(f"{HOSTS}/h1", headers={"If-None-Match": before_etag})
+    assert after.status_code == 304
+
+
+def test_host_reads_are_cached_until_the_next_write(client: TestClient) -> None:
+    client.post(f"{AGENTS}/register", json=registration())
+    first = client.get(HOSTS)
+    etag = first.headers["ETag"]
+    assert client.get(HOSTS, headers={"If-None-Match": etag}).status_code == 304
+    assert client.get(HOSTS).content == first.content
+    client.patch(f"{HOSTS}/h1/labels", json={"labels": {"tier": "gold"}})
+    second = client.get(HOSTS, headers={"If-None-Match": etag})
+    assert second.status_code == 200 and second.headers["ETag"] != etag
+    assert second.json()["items"][0]["metadata"]["labels"]["tier"] == "gold"
+    version = (int(r.json()["metadata"]["resourceVersion"]) for r in (first, second))
+    assert next(version) < next(version)
+    # Another selector is another body.
+    assert client.get(HOSTS, params={"labelSelector": "tier=silver"}).json()["items"] == []
 
 
 def test_lease_expiry_and_recovery(app: Any, client: TestClient, clock: FakeClock,
@@ -110,22 +130,24 @@ def test_lease_expiry_and_recovery(app: Any, client: TestClient, clock: FakeCloc
     with app.state.sessions() as session:
         assert hosts.expire_leases(session, clock()) == ["h1"]
         assert hosts.expire_leases(session, clock()) == []  # already marked
-    ready = client.get(f"{HOSTS}/h1/status").json()["conditions"][0]
+    ready, reachable = client.get(f"{HOSTS}/h1/status").json()["conditions"]
+    assert (reachable["status"], reachable["reason"]) == ("False", "LeaseExpired")
+    assert reachable["message"] == "no heartbeat since 2025-03-01T12:00:00+00:00"
+    assert reachable["lastTransitionTime"] == "2025-03-01T12:00:16Z"
     assert (ready["status"], ready["reason"]) == ("False", "LeaseExpired")
-    assert ready["lastTransitionTime"] == "2025-03-01T12:00:16Z"
 
     controller.clear()
     clock.advance(1)
     client.post(f"{AGENTS}/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"})
-    ready = client.get(f"{HOSTS}/h1/status").json()["conditions"][0]
-    assert (ready["status"], ready["reason"]) == ("True", "LeaseRenewed")
+    reachable = client.get(f"{HOSTS}/h1/status").json()["conditions"][1]
+    assert (reachable["status"], reachable["reason"]) == ("True", "LeaseRenewed")
     assert controller.requests[-1] == ("h1", "lease renewed")
 
     with app.state.sessions() as session:
         history = session.scalars(select(HostConditionChange).order_by(HostConditionChange.id)).all()
-        assert [(h.type, h.status, h.reason) for h in history] == [
-            ("Ready", "True", "AgentRegistered"), ("Ready", "False", "LeaseExpired"),
-            ("Ready", "True", "LeaseRenewed")]
+        assert [(h.type, h.status, h.reason) for h in history if h.type == "Reachable"] == [
+            ("Reachable", "True", "AgentRegistered"), ("Reachable", "False", "LeaseExpired"),
+            ("Reachable", "True", "LeaseRenewed")]
     warnings = client.get(f"{API}/events?host=h1").json()["items"]
     assert any(e["type"] == "Warning" and e["reason"] == "LeaseExpired" for e in warnings)
 

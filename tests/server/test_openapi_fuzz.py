@@ -21,8 +21,9 @@ with warnings.catch_warnings():
     from schemathesis.checks import not_a_server_error
     from schemathesis.core.result import Ok
 
+from stortune.server.auth import Role
 from tests.server.builders import API, loop_topology, profile_doc, registration
-from tests.server.support import TestClient
+from tests.server.support import TestClient, bearer, issue_token
 
 EXAMPLES_PER_OPERATION = 25
 PROFILE, HOST = "streaming", "h1"
@@ -39,7 +40,8 @@ def test_no_input_makes_the_server_fail(
 ) -> None:
     if not db_url.startswith("sqlite") and mode is GenerationMode.NEGATIVE:
         pytest.skip("negative cases are refused by validation, before any query; SQLite covers them")
-    with TestClient(app) as client:
+    token = issue_token(app, Role.ADMIN)  # admin reaches every operation
+    with TestClient(app, headers=bearer(token)) as client:
         client.post(f"{API}/agents/register", json=registration(HOST, topology=loop_topology()))
         client.post(f"{API}/profiles", json=profile_doc(PROFILE))
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)
@@ -59,7 +61,7 @@ def test_no_input_makes_the_server_fail(
         @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
         def no_server_error(case: Any) -> None:
-            case.call_and_validate(checks=[not_a_server_error])
+            case.call_and_validate(headers=bearer(token), checks=[not_a_server_error])
 
         try:
             no_server_error()

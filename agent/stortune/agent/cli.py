@@ -8,17 +8,26 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stortune.agent import local, render
+from stortune.agent.bench import cli as bench_cli
+from stortune.agent.journal import StateError
 from stortune.agent.kernelfs import KernelFS
+from stortune.api.agent import CONTROL_PLANE_NAME
 from stortune.schemas.documents import DocumentError
 from stortune.schemas.profile import check_labels
 
+if TYPE_CHECKING:
+    from stortune.api.agent.tls import TLSFiles
+
 EXIT_OK, EXIT_ERROR, EXIT_PENDING = 0, 1, 2
 DEFAULT_STATE_DIR = "/var/lib/stortune"
+AGENT_TOKEN_ENV = "STORTUNE_AGENT_TOKEN"  # noqa: S105 - the variable's name
 
 
 def _roots(p: argparse.ArgumentParser) -> None:
@@ -94,6 +103,39 @@ def build_parser() -> argparse.ArgumentParser:
                    help="label for profile host selectors; repeatable")
     p.add_argument("--heartbeat", type=_positive, metavar="S",
                    help="heartbeat at least this often (default: the server's interval)")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="the control plane's bootstrap token for agents (its STATE_DIR/"
+                        f"agent-bootstrap.token); default ${AGENT_TOKEN_ENV}")
+    p.add_argument("--tool-path", metavar="DIRS",
+                   help="':'-separated directories where diagnostics find lsblk, smartctl ..."
+                        " (default: $PATH, the sbin directories and /opt/MegaRAID)")
+    tls = p.add_argument_group(
+        "mutual TLS", "The agent API accepts only the control plane's certificate. With --server the "
+                      "agent obtains its own certificate (kept in STATE_DIR/tls, renewed before it "
+                      "expires); or give all three files from your own PKI.")
+    tls.add_argument("--tls-cert", metavar="FILE", help="this agent's certificate (PEM)")
+    tls.add_argument("--tls-key", metavar="FILE", help="its private key (PEM)")
+    tls.add_argument("--tls-ca", metavar="FILE", help="the CA that signed the control plane's certificate")
+    tls.add_argument("--control-plane-name", metavar="NAME", default=CONTROL_PLANE_NAME,
+                     help=f"the name the caller's certificate must carry (default {CONTROL_PLANE_NAME})")
+    tls.add_argument("--insecure", action="store_true",
+                     help="plaintext gRPC that anyone who reaches --listen may call: local development only")
+
+    p = sub.add_parser("diag", help="collect a diagnostics bundle for vendor support (tar.gz);"
+                                    " redacted unless --no-redact")
+    _roots(p)
+    p.add_argument("-o", "--output", metavar="FILE",
+                   help="bundle to write (default: ./stortune-diag-HOST-TIME.tar.gz); a redacted"
+                        " bundle's token mapping goes to FILE.mapping.json")
+    p.add_argument("--no-redact", action="store_true",
+                   help="keep hostnames, IP/MAC addresses, serials and WWNs in clear (admins only)")
+    p.add_argument("--tool-path", metavar="DIRS",
+                   help="':'-separated directories to find lsblk, smartctl, storcli ... in"
+                        " (default: $PATH, the sbin directories and /opt/MegaRAID)")
+    p.add_argument("--tool-timeout", type=_positive, default=30.0, metavar="S",
+                   help="kill a tool that runs longer than this (default 30)")
+
+    bench_cli.add_parser(sub, _roots, _state)
     return parser
 
 
@@ -106,6 +148,19 @@ def _label(text: str) -> tuple[str, str]:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return key, value
+
+
+def _agent_token(path: str | None) -> str | None:
+    """The REST bearer token: --token-file, else $STORTUNE_AGENT_TOKEN; None when neither."""
+    if path is None:
+        return os.environ.get(AGENT_TOKEN_ENV, "").strip() or None
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise local.AgentError(f"--token-file {path}: {exc.strerror or exc}") from None
+    if not token:
+        raise local.AgentError(f"--token-file {path} is empty")
+    return token
 
 
 def _positive(text: str) -> float:
@@ -197,19 +252,59 @@ def _serve(args: argparse.Namespace) -> int:
     if len(labels) != len(args.label):
         dupes = sorted({k for k, _ in args.label if [k2 for k2, _ in args.label].count(k) > 1})
         raise local.AgentError(f"--label {', '.join(dupes)} given more than once")
+    token = _agent_token(args.token_file)
+    if args.server and token is None:
+        logging.getLogger("stortune.agent").warning(
+            "no --token-file or $%s: the control plane will refuse to register this agent",
+            AGENT_TOKEN_ENV)
     # Imported here: grpc is needed only by the managed agent.
     from stortune.agent import serve
 
     options = serve.ServeOptions(
         listen=args.listen, server=args.server, name=args.name, labels=labels,
         heartbeat=args.heartbeat, advertise=args.advertise, rescan_interval=args.rescan_interval,
+        token=token, tool_path=args.tool_path, insecure=args.insecure, tls_files=_tls_files(args),
+        control_plane_name=args.control_plane_name,
     )
     return serve.run(_fs(args), Path(args.state_dir), options)
 
 
+def _tls_files(args: argparse.Namespace) -> TLSFiles | None:
+    given = [args.tls_cert, args.tls_key, args.tls_ca]
+    if not any(given):
+        return None
+    if not all(given):
+        raise local.AgentError("--tls-cert, --tls-key and --tls-ca go together")
+    if args.insecure:
+        raise local.AgentError("--insecure and --tls-* contradict each other")
+    from stortune.api.agent.tls import TLSFiles  # cryptography: only for the managed agent
+
+    return TLSFiles(key=Path(args.tls_key), cert=Path(args.tls_cert), ca=Path(args.tls_ca))
+
+
+def _bench(args: argparse.Namespace) -> int:
+    return bench_cli.run(args, _fs(args))
+
+
+def _diag(args: argparse.Namespace) -> int:
+    from stortune.agent.diagnostics import ToolRunner, save
+
+    tools = ToolRunner(args.tool_path, timeout=args.tool_timeout)
+    output = Path(args.output) if args.output else None
+    try:
+        bundle, target, mapping = save.diagnose(_fs(args), tools, output, redacted=not args.no_redact)
+    except OSError as exc:
+        raise local.AgentError(f"diag: cannot write {exc.filename or output}: {exc.strerror or exc};"
+                               " choose another -o FILE") from None
+    for line in save.summary(bundle, target, mapping):
+        print(line, file=sys.stderr)
+    return EXIT_OK
+
+
 COMMANDS = {
     "topology": _topology, "explain": _explain, "plan": _plan, "apply": _apply,
-    "restore": _restore, "udev-rules": _udev, "serve": _serve,
+    "restore": _restore, "udev-rules": _udev, "serve": _serve, "diag": _diag,
+    "bench": _bench,
 }
 
 
@@ -221,7 +316,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except DocumentError as exc:
         print(f"error: invalid document\n{exc}", file=sys.stderr)
-    except local.AgentError as exc:
+    except (local.AgentError, StateError) as exc:
         print(f"error: {exc}", file=sys.stderr)
     except BrokenPipeError:
         return EXIT_OK

@@ -19,6 +19,7 @@ from types import FrameType
 from typing import Protocol
 
 from stortune.agent import local
+from stortune.agent.journal import BenchmarkBusyError
 from stortune.agent.kernelfs import KernelFS
 
 log = logging.getLogger("stortune.agent.daemon")
@@ -87,10 +88,17 @@ def converge(fs: KernelFS, state_dir: Path) -> local.Report | None:
 def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
         stop: threading.Event | None = None) -> int:
     stop = stop or threading.Event()
-    recovered = local.recover(fs, state_dir)
-    if recovered:
-        log.warning("finished an interrupted transaction: %s", recovered)
-    report = converge(fs, state_dir)
+    retry = False
+    try:
+        recovered = local.recover(fs, state_dir)
+        if recovered:
+            log.warning("finished an interrupted transaction: %s", recovered)
+        report = converge(fs, state_dir)
+    except BenchmarkBusyError as exc:
+        if once:
+            raise
+        log.info("re-apply postponed: %s", exc)
+        report, retry = None, True
     if once:
         return 0 if report is None or report.ok else 1
 
@@ -109,8 +117,14 @@ def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
         if stop.is_set():
             break
         current = local.discover(fs).structure_hash()
-        if current != last or event:
+        if current != last or event or retry:
             log.info("device graph changed (%s -> %s): converging", last, current)
             last = current
-            converge(fs, state_dir)
+            try:
+                converge(fs, state_dir)
+                retry = False
+            except BenchmarkBusyError as exc:
+                # Nothing changes under a benchmark; the next rescan tries again.
+                log.info("re-apply postponed: %s", exc)
+                retry = True
     return 0

@@ -5,6 +5,7 @@ lives in one state directory (``/var/lib/stortune`` in production, always
 passed in)::
 
     lock             flock(2) target: one apply/restore/recovery at a time
+    bench.lock       flock(2) held while a benchmark runs: no setting changes meanwhile
     originals.json   the value each (device_id, tunable) had before stortune first wrote it
     desired.json     the last desired-state document the agent received
     journal/*.jsonl  the transaction in progress (at most one while the lock is held)
@@ -45,6 +46,7 @@ Outcome = Literal["commit", "rolled-back", "recovered", "abandoned"]
 _ORIGINALS = "originals.json"
 _DESIRED = "desired.json"
 _LOCK = "lock"
+_BENCH_LOCK = "bench.lock"
 _JOURNAL = "journal"
 _DONE = "done"
 _KEEP_DONE = 50
@@ -56,6 +58,15 @@ class StateError(Exception):
 
 class StateLockedError(StateError):
     """Another stortune process holds the state-directory lock."""
+
+
+class BenchmarkBusyError(StateLockedError):
+    """A benchmark runs on this host: settings must not change under it (retry later)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"busy: benchmark {run_id} running; settings cannot change until it"
+                         " ends (wait, or cancel the benchmark) and retry")
 
 
 class StateCorruptError(StateError):
@@ -178,10 +189,60 @@ def lock(state_dir: str | Path, *, timeout: float = 0.0) -> Iterator[None]:
                         f" (pid {holder}); wait for it to finish, or stop it, then retry"
                     ) from None
                 time.sleep(0.05)
+        # Every apply, restore and recovery holds this lock, so checking here keeps
+        # all of them off the kernel while a benchmark runs (see hold_benchmark).
+        running = benchmark_running(state_dir)
+        if running is not None:
+            raise BenchmarkBusyError(running)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
+        os.close(fd)
+
+
+def benchmark_running(state_dir: str | Path) -> str | None:
+    """The run id of the benchmark holding this state directory's bench lock, or None."""
+    path = Path(state_dir) / _BENCH_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            return os.pread(fd, 256, 0).decode(errors="replace").split(" ")[0].strip() or "unknown"
+        return None
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def hold_benchmark(state_dir: str | Path, run_id: str, *, apply_timeout: float = 60.0) -> Iterator[None]:
+    """Hold the bench lock for a benchmark's whole run.
+
+    Taken under the state-directory lock: an apply in flight finishes first
+    (waiting up to ``apply_timeout`` s), and any apply after it sees the bench
+    lock and refuses with BenchmarkBusyError. A second benchmark is refused the
+    same way. flock(2) dies with its holder, so a crashed run frees the host.
+    """
+    sdir = _ensure_dir(Path(state_dir))
+    with lock(sdir, timeout=apply_timeout):
+        fd = os.open(sdir / _BENCH_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise BenchmarkBusyError(benchmark_running(sdir) or "unknown") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{run_id} {os.getpid()}\n".encode(), 0)
+    try:
+        yield
+    finally:
+        os.ftruncate(fd, 0)
         os.close(fd)
 
 

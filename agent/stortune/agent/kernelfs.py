@@ -1,7 +1,8 @@
-"""The agent's one seam to the kernel: sysfs and procfs under injected roots.
+"""The agent's one seam to the kernel: sysfs, procfs and /dev under injected roots.
 
 Every read and write of the agent goes through a ``KernelFS``. Tests pass a
-fixture tree; production passes ``/sys`` and ``/proc``. Writes are confined:
+fixture tree; production passes ``/sys``, ``/proc`` and ``/dev`` (device nodes,
+which only benchmarks open). Writes are confined:
 a device name must be a plain kernel name, the attribute path must come from
 the tunable catalog, and the resolved target must stay inside the root.
 """
@@ -46,10 +47,16 @@ def _check_relative(rel: str) -> str:
 class KernelFS:
     sysfs: Path
     procfs: Path
+    dev: Path = Path("/dev")
 
     @classmethod
-    def at(cls, sysfs: str | Path = "/sys", procfs: str | Path = "/proc") -> KernelFS:
-        return cls(Path(sysfs), Path(procfs))
+    def at(cls, sysfs: str | Path = "/sys", procfs: str | Path = "/proc",
+           dev: str | Path = "/dev") -> KernelFS:
+        return cls(Path(sysfs), Path(procfs), Path(dev))
+
+    def device_node(self, name: str) -> Path:
+        """The device node of a kernel name: ``cciss!c0d0`` lives at ``<dev>/cciss/c0d0``."""
+        return self.dev / check_device_name(name).replace("!", "/")
 
     # -- reads (never raise for a missing attribute) ----------------------
     def read(self, path: Path | str) -> str | None:

@@ -210,3 +210,65 @@ def parse_partitions(text: str) -> tuple[dict[str, PartitionEntry], list[str]]:
         entry = PartitionEntry(int(words[0]), int(words[1]), int(words[2]), words[3])
         entries[entry.name] = entry
     return entries, problems
+
+
+# -- /proc/diskstats ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiskStat:
+    """One line of /proc/diskstats (Documentation/admin-guide/iostats.rst).
+
+    Times are milliseconds. Kernels before 4.18 print no discard fields and
+    before 5.5 no flush fields: those are None, not 0.
+    """
+
+    major: int
+    minor: int
+    name: str
+    reads: int
+    reads_merged: int
+    sectors_read: int  # 512-byte units, whatever the device's block size
+    read_ms: int
+    writes: int
+    writes_merged: int
+    sectors_written: int
+    write_ms: int
+    in_flight: int
+    io_ms: int  # time with at least one I/O in flight (utilisation)
+    weighted_ms: int  # in-flight count x time (average queue size)
+    discards: int | None = None
+    discard_ms: int | None = None
+    flushes: int | None = None
+    flush_ms: int | None = None
+
+    @property
+    def devno(self) -> str:
+        return f"{self.major}:{self.minor}"
+
+
+def parse_diskstats(text: str) -> tuple[dict[str, DiskStat], list[str]]:
+    """Counters by kernel name, and the lines that could not be read."""
+    stats: dict[str, DiskStat] = {}
+    problems: list[str] = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        words = line.split()
+        if not words:
+            continue
+        try:
+            if len(words) < 14:
+                raise ValueError(f"{len(words)} fields, at least 14 expected")
+            major, minor = int(words[0]), int(words[1])
+            n = [int(w) for w in words[3:]]
+        except ValueError as exc:
+            problems.append(f"diskstats line {lineno} skipped ({exc}): {line[:120]!r}")
+            continue
+        discard = (n[11], n[14]) if len(n) >= 15 else (None, None)
+        flush = (n[15], n[16]) if len(n) >= 17 else (None, None)
+        stats[words[2]] = DiskStat(
+            major=major, minor=minor, name=words[2], reads=n[0], reads_merged=n[1],
+            sectors_read=n[2], read_ms=n[3], writes=n[4], writes_merged=n[5],
+            sectors_written=n[6], write_ms=n[7], in_flight=n[8], io_ms=n[9], weighted_ms=n[10],
+            discards=discard[0], discard_ms=discard[1], flushes=flush[0], flush_ms=flush[1],
+        )
+    return stats, problems

@@ -9,6 +9,10 @@ Plain JSON over HTTP with the standard library, so the agent stays small::
       -> {topology_wanted, heartbeat_interval_s}     (404: unknown agent, register again)
     PUT  {server}/api/v1/agents/{name}/topology     {topology, topology_hash}
 
+Every call carries ``Authorization: Bearer TOKEN``, the agents' bootstrap token
+(``--token-file``); a 401 or 403 is retried with backoff like any failure, so
+a token fixed on the server side takes effect without restarting the agent.
+
 Heartbeats are small; the topology is sent only when its structure hash
 changed or the server asks for it. Every failure is retried with exponential
 backoff and full jitter (so a fleet that lost the server does not come back
@@ -55,10 +59,17 @@ class RegistrationConfig:
     backoff_base: float = 1.0
     backoff_cap: float = 30.0
     agent_version: str = "0+unknown"
+    #: The bearer token of role agent; never logged (repr=False).
+    token: str | None = field(default=None, repr=False)
 
 
-class _Failed(Exception):
-    """The server did not accept a request; retry with backoff."""
+class RequestFailed(Exception):
+    """The server did not accept a request; retry with backoff. ``status``: the HTTP status, if any."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+
 
 
 class _Gone(Exception):
@@ -113,6 +124,12 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, urllib.error.URLError):
         return str(exc.reason)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+_AUTH_HINTS = {
+    401: " (give the agents' bootstrap token: --token-file FILE or $STORTUNE_AGENT_TOKEN)",
+    403: " (the token's role is not agent)",
+}
 
 
 def _excerpt(body: bytes) -> str:
@@ -180,7 +197,7 @@ class Registrar:
                                  f"control plane {self._base} {exc}: registering again")
                 delay = 0.0
                 continue
-            except _Failed as exc:
+            except RequestFailed as exc:
                 failures += 1
                 delay = backoff_delay(failures, self.config.backoff_base, self.config.backoff_cap,
                                       self._uniform)
@@ -232,7 +249,7 @@ class Registrar:
         }
         status, data = self._call("POST", "/api/v1/agents/register", body, "register")
         if status == 404:
-            raise _Failed(f"register: HTTP 404 from {self._base}/api/v1/agents/register"
+            raise RequestFailed(f"register: HTTP 404 from {self._base}/api/v1/agents/register"
                           " (is --server the control plane's base URL?)")
         name = data.get("name")
         self.name = name if isinstance(name, str) and name else self.config.name
@@ -284,32 +301,43 @@ class Registrar:
 
     def _call(self, method: str, path: str, body: Mapping[str, Any],
               what: str) -> tuple[int, dict[str, Any]]:
-        """(status, JSON object) for 2xx and 404; any other outcome raises _Failed."""
-        # The scheme was checked in __init__: http(s) only, never file: or custom ones.
-        request = urllib.request.Request(  # noqa: S310
-            self._base + path, data=json.dumps(body).encode(), method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json",
-                     "User-Agent": f"stortune-agent/{self.config.agent_version}"},
-        )
-        try:
-            with self._opener.open(request, timeout=self.config.timeout) as response:
-                status, raw = response.status, response.read()
-        except urllib.error.HTTPError as exc:
-            with exc:
-                raw = exc.read()
-            if exc.code == 404:
-                return 404, {}
-            raise _Failed(f"{what}: HTTP {exc.code} {exc.reason}: {_excerpt(raw)}") from None
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            raise _Failed(f"{what}: {_reason(exc)}") from None
-        if not 200 <= status < 300:
-            raise _Failed(f"{what}: HTTP {status}: {_excerpt(raw)}")
-        if not raw.strip():
-            return status, {}
-        try:
-            data = json.loads(raw)
-        except ValueError:
-            raise _Failed(f"{what}: response is not JSON: {_excerpt(raw)}") from None
-        if not isinstance(data, dict):
-            raise _Failed(f"{what}: expected a JSON object, got {type(data).__name__}")
-        return status, data
+        return call_json(self._opener, self._base, method, path, body, what=what,
+                         token=self.config.token, timeout=self.config.timeout,
+                         version=self.config.agent_version)
+
+
+def call_json(opener: urllib.request.OpenerDirector, base: str, method: str, path: str,
+              body: Mapping[str, Any], *, what: str, token: str | None, timeout: float,
+              version: str) -> tuple[int, dict[str, Any]]:
+    """(status, JSON object) for 2xx and 404; any other outcome raises RequestFailed."""
+    headers = {"Content-Type": "application/json", "Accept": "application/json",
+               "User-Agent": f"stortune-agent/{version}"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    # The scheme was checked by the caller: http(s) only, never file: or custom ones.
+    request = urllib.request.Request(  # noqa: S310
+        base + path, data=json.dumps(body).encode(), method=method, headers=headers)
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            raw = exc.read()
+        if exc.code == 404:
+            return 404, {}
+        hint = _AUTH_HINTS.get(exc.code, "")
+        raise RequestFailed(f"{what}: HTTP {exc.code} {exc.reason}: {_excerpt(raw)}{hint}",
+                            exc.code) from None
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise RequestFailed(f"{what}: {_reason(exc)}") from None
+    if not 200 <= status < 300:
+        raise RequestFailed(f"{what}: HTTP {status}: {_excerpt(raw)}", status)
+    if not raw.strip():
+        return status, {}
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise RequestFailed(f"{what}: response is not JSON: {_excerpt(raw)}") from None
+    if not isinstance(data, dict):
+        raise RequestFailed(f"{what}: expected a JSON object, got {type(data).__name__}")
+    return status, data

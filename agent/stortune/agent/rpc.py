@@ -25,10 +25,13 @@ from typing import TypeVar
 import grpc
 
 from stortune.agent import local
+from stortune.agent.bench.errors import UnknownRunError
+from stortune.agent.bench.manager import BenchmarkManager
 from stortune.agent.journal import StateError, StateLockedError
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import wire
 from stortune.api.agent.wire import BENCHMARK_STATES, BenchmarkProgress, HostInfo
+from stortune.schemas.bench.results import RunProgress
 from stortune.schemas.documents import DocumentError
 
 log = logging.getLogger("stortune.agent.rpc")
@@ -124,6 +127,27 @@ class BenchmarkRegistry:
                 return
 
 
+def wire_progress(progress: RunProgress) -> BenchmarkProgress:
+    """A BenchmarkManager's progress as the agent API carries it."""
+    where = (f"step {progress.step_index}/{progress.step_count} {progress.step}"
+             if progress.step and not progress.finished else "")
+    message = " - ".join(part for part in (where, progress.message) if part and part != progress.step)
+    return BenchmarkProgress(
+        run_id=progress.run_id, state=progress.state, percent=progress.percent,
+        read_bytes_per_s=progress.read_bytes_per_s, write_bytes_per_s=progress.write_bytes_per_s,
+        read_iops=progress.read_iops, write_iops=progress.write_iops,
+        eta_seconds=progress.eta_seconds, message=message or where)
+
+
+def progress_sink(registry: BenchmarkRegistry) -> Callable[[RunProgress], None]:
+    """Publish a BenchmarkManager's progress to ``registry`` (what WatchBenchmark streams)."""
+
+    def publish(progress: RunProgress) -> None:
+        registry.publish(wire_progress(progress))
+
+    return publish
+
+
 # -- the service ---------------------------------------------------------------------
 def _status_errors(
     method: Callable[[AgentService, _Req, grpc.ServicerContext], _Resp],
@@ -138,8 +162,10 @@ def _status_errors(
         except (DocumentError, wire.WireError) as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid {name} request:\n{exc}")
         except StateLockedError as exc:
-            # Someone ran `stortune-agent apply` by hand: retrying shortly is right.
+            # Someone ran `stortune-agent apply` by hand, or a benchmark runs: retrying later is right.
             context.abort(grpc.StatusCode.ABORTED, str(exc))
+        except UnknownRunError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, str(exc))
         except (local.AgentError, StateError) as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except Exception as exc:
@@ -161,11 +187,19 @@ class AgentService(wire.AgentServiceServicer):
     def __init__(self, fs: KernelFS, state_dir: Path, *,
                  apply_lock: threading.Lock | None = None,
                  benchmarks: BenchmarkRegistry | None = None,
+                 bench: BenchmarkManager | None = None,
+                 tool_path: str | None = None,
                  started_unix: int | None = None) -> None:
         self.fs = fs
         self.state_dir = state_dir
         self.apply_lock = apply_lock or threading.Lock()
         self.benchmarks = benchmarks or BenchmarkRegistry()
+        #: Runs benchmarks and publishes their progress into ``benchmarks``; while one
+        #: runs, Apply and Restore fail fast with ABORTED ("busy: benchmark <id> running").
+        self.bench = bench or BenchmarkManager(fs, state_dir, on_progress=progress_sink(self.benchmarks),
+                                               agent_version=agent_version())
+        #: Where diagnostics look for lsblk, smartctl ... (None: this process's PATH).
+        self.tool_path = tool_path
         self._version = agent_version()
         self._started = int(time.time()) if started_unix is None else started_unix
 
@@ -174,7 +208,10 @@ class AgentService(wire.AgentServiceServicer):
         with self.apply_lock:
             # A caller that gave up while we waited has moved on (and may have
             # sent a newer request): acting on this one now would be stale.
-            if not context.is_active():
+            # The deadline is checked as well: the caller's cancellation may not have arrived
+            # yet, but a caller past its deadline has given up all the same.
+            remaining = context.time_remaining()
+            if not context.is_active() or (remaining is not None and remaining <= 0):
                 context.abort(grpc.StatusCode.CANCELLED, "the caller gave up while the agent was busy")
             yield
 
@@ -236,8 +273,77 @@ class AgentService(wire.AgentServiceServicer):
         except wire.WireError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if self.benchmarks.get(run_id) is None:
-            context.abort(grpc.StatusCode.NOT_FOUND, f"no benchmark run {run_id!r} on this agent")
+            # A run from before this process started is only on disk: its stored state ends the watch.
+            try:
+                self.benchmarks.publish(wire_progress(self.bench.progress(run_id)))
+            except UnknownRunError:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"no benchmark run {run_id!r} on this agent")
         # Wakes the watch as soon as the client cancels or the server stops.
         context.add_callback(self.benchmarks.wake)
         for progress in self.benchmarks.watch(run_id, context.is_active):
             yield wire.progress_message(progress)
+
+    @_status_errors
+    def StartBenchmark(self, request: wire.StartBenchmarkRequest,
+                       context: grpc.ServicerContext) -> wire.StartBenchmarkResponse:
+        run_id, spec = wire.start_call(request)
+        try:
+            self.bench.progress(run_id)
+        except UnknownRunError:
+            log.info("benchmark %s: %s", run_id, spec.metadata.name)
+            self.bench.start(spec, run_id)
+        # else: a start the control plane repeats (its answer got lost) does not run twice.
+        return wire.start_response(self.host(), wire_progress(self.bench.progress(run_id)))
+
+    @_status_errors
+    def CancelBenchmark(self, request: wire.CancelBenchmarkRequest,
+                        context: grpc.ServicerContext) -> wire.CancelBenchmarkResponse:
+        run_id = wire.cancel_run_id(request)
+        cancelled = self.bench.cancel(run_id)
+        return wire.cancel_response(cancelled, wire_progress(self.bench.progress(run_id)))
+
+    @_status_errors
+    def GetBenchmarkResult(self, request: wire.GetBenchmarkResultRequest,
+                           context: grpc.ServicerContext) -> wire.GetBenchmarkResultResponse:
+        run_id = wire.result_run_id(request)
+        progress = self.bench.progress(run_id)
+        result = self.bench.result(run_id) if progress.finished else None
+        raw: dict[str, str] = {}
+        if result is not None:
+            where = self.bench.store.dir(run_id)
+            for step in result.runs:
+                for rel in step.files.values():
+                    with contextlib.suppress(OSError, UnicodeDecodeError):
+                        raw[rel] = (where / rel).read_text(encoding="utf-8")
+        return wire.result_response(wire.BenchmarkOutcome(
+            progress=wire_progress(progress), result=result, raw_files=raw, info=self.host()))
+
+    @_status_errors
+    def ForgetBenchmark(self, request: wire.ForgetBenchmarkRequest,
+                        context: grpc.ServicerContext) -> wire.ForgetBenchmarkResponse:
+        run_id = wire.forget_run_id(request)
+        try:
+            self.bench.forget(run_id)
+        except UnknownRunError:
+            return wire.forget_response(False)
+        return wire.forget_response(True)
+
+    def CollectDiagnostics(self, request: wire.CollectDiagnosticsRequest,
+                           context: grpc.ServicerContext) -> Iterator[wire.DiagnosticsChunkMessage]:
+        # Not under _status_errors (a generator); collection itself records what failed.
+        try:
+            timeout = wire.diagnostics_timeout(request)
+        except wire.WireError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        # Imported on first use: an idle agent need not hold the collectors and the bundle models.
+        from stortune.agent.diagnostics import ToolRunner, collect
+        from stortune.schemas.bundle import pack
+
+        tools = ToolRunner(self.tool_path) if timeout is None else ToolRunner(self.tool_path, timeout=timeout)
+        try:
+            data = pack(collect(self.fs, tools=tools))
+        except Exception as exc:
+            log.exception("diagnostics collection failed")
+            context.abort(grpc.StatusCode.INTERNAL, f"collecting diagnostics failed: {exc}")
+        log.info("diagnostics bundle collected (%d bytes)", len(data))
+        yield from wire.diagnostics_chunks(data)

@@ -30,12 +30,13 @@ from types import FrameType
 
 import grpc
 
-from stortune.agent import daemon, local
-from stortune.agent.journal import StateError
+from stortune.agent import daemon, identity, local, mtls
+from stortune.agent.journal import BenchmarkBusyError, StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.registration import Registrar, RegistrationConfig, default_name, host_facts
 from stortune.agent.rpc import AgentService, BenchmarkRegistry, agent_version
 from stortune.api.agent import wire
+from stortune.api.agent.tls import CONTROL_PLANE_NAME, TLSError, TLSFiles
 
 log = logging.getLogger("stortune.agent.serve")
 
@@ -50,6 +51,10 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     # Accept the control plane's keepalive pings during long WatchBenchmark streams.
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 30_000),
 )
+
+
+#: How often an agent with its own certificate checks whether renewal is due.
+CERTIFICATE_CHECK_S = 3600.0
 
 
 class ServeError(local.AgentError):
@@ -69,6 +74,17 @@ class ServeOptions:
     backoff_base: float = 1.0
     backoff_cap: float = 30.0
     workers: int = 10
+    #: Bearer token for the control plane's REST API (role agent); never logged.
+    token: str | None = field(default=None, repr=False)
+    #: Where diagnostics find their tools (None: PATH and the sbin directories).
+    tool_path: str | None = None
+    #: Plaintext gRPC, anyone on the network may call: local development only.
+    insecure: bool = False
+    #: The agent's key, certificate and the CA it trusts, from files (the site's PKI);
+    #: None: its own under STATE_DIR/tls, obtained from --server.
+    tls_files: TLSFiles | None = None
+    #: The name the caller's certificate must carry.
+    control_plane_name: str = CONTROL_PLANE_NAME
 
 
 def _with_port(address: str, port: int) -> str:
@@ -101,24 +117,80 @@ class Agent:
         self.benchmarks = benchmarks or BenchmarkRegistry()
         self.apply_lock = threading.Lock()
         self.service = AgentService(fs, state_dir, apply_lock=self.apply_lock,
-                                    benchmarks=self.benchmarks)
+                                    benchmarks=self.benchmarks, tool_path=options.tool_path)
+        self.bench = self.service.bench
         self.registrar: Registrar | None = None
         self.address = ""  # bound HOST:PORT, known after start()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._server: grpc.Server | None = None
         self._hash = ""
+        #: The files serving mutual TLS; None when --insecure (known after start()).
+        self.tls: TLSFiles | None = None
+        #: Converge at the next rescan even if the device graph did not change
+        #: (a benchmark postponed the last attempt).
+        self._retry = False
 
     def start(self) -> str:
         """Converge, listen, register, watch devices; -> the bound address."""
         self._converge_at_start()
         self._hash = local.discover(self.fs).structure_hash()
+        self.tls = self._identity()
         self._server = self._listen()
         if self.options.server:
             self.registrar = self._registrar(self.options.server)
             self._spawn("stortune-registration", self.registrar.run)
+            if self.tls is not None and self.options.tls_files is None:
+                self._spawn("stortune-certificate", self._renew_certificate)
         self._spawn("stortune-devices", self._watch_devices)
         return self.address
+
+    # -- identity ---------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.options.name or default_name(self.fs)
+
+    def _enrollment(self) -> identity.Enrollment:
+        assert self.options.server is not None
+        return identity.Enrollment(server=self.options.server, name=self.name, token=self.options.token,
+                                   version=agent_version(), backoff_base=self.options.backoff_base,
+                                   backoff_cap=self.options.backoff_cap)
+
+    def _identity(self) -> TLSFiles | None:
+        """The files to serve mutual TLS with (None: --insecure), obtaining them if need be."""
+        if self.options.insecure:
+            log.warning("--insecure: the agent API is plaintext and open to anyone who can reach %s",
+                        self.options.listen)
+            return None
+        given = self.options.tls_files
+        if given is not None:
+            try:
+                given.read()
+            except TLSError as exc:
+                raise ServeError(str(exc)) from None
+            return given
+        own = identity.own_files(self.state_dir)
+        if self.options.server:
+            try:
+                identity.enroll(own, self._enrollment(), self._stop)
+            except identity.EnrollmentError as exc:
+                raise ServeError(str(exc)) from None
+            return own
+        why = identity.usable(own, self.name)
+        if why is not None:
+            raise ServeError(f"no usable certificate in {own.cert.parent} ({why}): give --tls-cert, "
+                             "--tls-key and --tls-ca, or --server to obtain one, or --insecure "
+                             "(plaintext, local development only)")
+        return own
+
+    def _renew_certificate(self) -> None:
+        """Ask for a new certificate a month before this one expires; served from the next handshake."""
+        while not self._stop.wait(CERTIFICATE_CHECK_S):
+            try:
+                identity.enroll(identity.own_files(self.state_dir), self._enrollment(), self._stop)
+            except identity.EnrollmentError as exc:
+                if not self._stop.is_set():
+                    log.error("certificate renewal failed: %s", exc)
 
     def _converge_at_start(self) -> None:
         with self.apply_lock:
@@ -127,18 +199,26 @@ class Agent:
                 if recovered:
                     log.warning("finished an interrupted transaction: %s", recovered)
                 daemon.converge(self.fs, self.state_dir)
+            except BenchmarkBusyError as exc:
+                log.info("re-apply at start postponed: %s", exc)
+                self._retry = True
             except Exception as exc:
                 # Serving anyway lets the control plane see and fix the host.
                 log.error("re-applying the stored desired state failed: %s", exc)
 
     def _listen(self) -> grpc.Server:
+        interceptors: list[grpc.ServerInterceptor] = [] if self.tls is None else [
+            mtls.ControlPlaneOnly(self.options.control_plane_name)]
         server = grpc.server(
             ThreadPoolExecutor(max_workers=self.options.workers, thread_name_prefix="stortune-rpc"),
-            options=SERVER_OPTIONS,
+            options=SERVER_OPTIONS, interceptors=interceptors,
         )
         wire.add_servicer(self.service, server)
         try:
-            port = server.add_insecure_port(self.options.listen)
+            if self.tls is None:
+                port = server.add_insecure_port(self.options.listen)
+            else:
+                port = server.add_secure_port(self.options.listen, mtls.server_credentials(self.tls))
         except RuntimeError as exc:
             port, cause = 0, f": {exc}"
         else:
@@ -148,17 +228,19 @@ class Agent:
                              " (address in use, or not a local address?)")
         server.start()
         self.address = _with_port(self.options.listen, port)
-        log.info("agent API listening on %s (plaintext gRPC)", self.address)
+        how = "plaintext gRPC" if self.tls is None else (
+            f"mutual TLS, callers must be {self.options.control_plane_name}")
+        log.info("agent API listening on %s (%s)", self.address, how)
         return server
 
     def _registrar(self, url: str) -> Registrar:
         version = agent_version()
         config = RegistrationConfig(
-            server=url, name=self.options.name or default_name(self.fs),
+            server=url, name=self.name,
             address=advertised_address(self.address, self.options.advertise),
             labels=dict(self.options.labels), heartbeat=self.options.heartbeat,
             backoff_base=self.options.backoff_base, backoff_cap=self.options.backoff_cap,
-            agent_version=version,
+            agent_version=version, token=self.options.token,
         )
         return Registrar(config, facts=lambda: host_facts(self.fs, version),
                          discover=lambda: local.discover(self.fs),
@@ -184,12 +266,17 @@ class Agent:
             next_scan = time.monotonic() + interval
             try:
                 current = local.discover(self.fs).structure_hash()
-                if current == self._hash and not event:
+                if current == self._hash and not event and not self._retry:
                     continue
                 log.info("device graph changed (%s -> %s): converging", self._hash, current)
                 self._hash = current
                 with self.apply_lock:
+                    self._retry = False
                     daemon.converge(self.fs, self.state_dir)
+            except BenchmarkBusyError as exc:
+                # Settings stay as they are under a benchmark; the next rescan tries again.
+                log.info("re-apply postponed: %s", exc)
+                self._retry = True
             except (local.AgentError, StateError) as exc:
                 log.error("re-apply after a device change failed: %s", exc)
             except Exception:
@@ -202,6 +289,7 @@ class Agent:
         self._stop.set()
         if self.registrar is not None:
             self.registrar.stop()
+        self.bench.close()  # no fio outlives the agent
         self.benchmarks.close()
         for thread in self._threads:
             thread.join(timeout=self.options.grace + 15)

@@ -155,6 +155,10 @@ class SyncSpeedTunable(Tunable):
         m = re.fullmatch(r"(\d+)\s*\((system|local)\)", text)
         if m:
             return (int(m.group(1)) if m.group(2) == "local" else "system"), None
+        # A bare "system" is what restoring a "system" original leaves in a
+        # plain file (fixture trees); the kernel itself always adds the number.
+        if text == "system":
+            return "system", None
         return super().parse(raw)
 
     def validate(self, value: object) -> Value:

@@ -7,9 +7,11 @@ the line to fix.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, TextIO
 
 import yaml
 from pydantic import ValidationError
@@ -17,6 +19,8 @@ from pydantic import ValidationError
 from stortune.schemas.profile import API_VERSION, StorageProfile
 
 KINDS = ("StorageProfile",)
+#: What a directory contributes (JSON is YAML too).
+SUFFIXES = (".yaml", ".yml", ".json")
 
 
 @dataclass(frozen=True)
@@ -112,3 +116,40 @@ def duplicate_names(profiles: list[StorageProfile], where: str) -> list[Problem]
         Problem(where, "metadata.name", f"{dupe!r} is defined more than once")
         for dupe in sorted({n for n in names if names.count(n) > 1})
     ]
+
+
+def document_files(paths: Sequence[str]) -> list[Path | None]:
+    """Files in the order given; a directory adds its YAML files, recursively, sorted.
+
+    Hidden files and directories (.git, .github/workflows) are skipped: they are
+    not profiles. ``None`` stands for standard input (``-``).
+    """
+    out: list[Path | None] = []
+    for raw in paths:
+        if raw == "-":
+            out.append(None)
+            continue
+        path = Path(raw)
+        if not path.is_dir():
+            out.append(path)
+            continue
+        found = (p for p in path.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+        out.extend(sorted(p for p in found
+                          if not any(part.startswith(".") for part in p.relative_to(path).parts)))
+    return out
+
+
+def read_sources(paths: Sequence[str], stdin: TextIO | None = None
+                 ) -> tuple[list[tuple[str, str]], list[Problem]]:
+    """(source name, text) of every file of ``paths``, and a problem for each unreadable one."""
+    texts: list[tuple[str, str]] = []
+    problems: list[Problem] = []
+    for path in document_files(paths):
+        source = "<stdin>" if path is None else str(path)
+        try:
+            texts.append((source, (stdin or sys.stdin).read() if path is None
+                          else path.read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            problems.append(Problem(source, "", f"cannot read: {reason}"))
+    return texts, problems

@@ -10,9 +10,15 @@ import json
 import sys
 from pathlib import Path
 
+from pydantic import BaseModel
+
+from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.profile import StorageProfile
 
-DOCUMENTS = {"storageprofile.schema.json": StorageProfile}
+DOCUMENTS: dict[str, type[BaseModel]] = {
+    "storageprofile.schema.json": StorageProfile,
+    "benchmarkspec.schema.json": BenchmarkSpec,
+}
 
 
 def render() -> dict[str, str]:

@@ -30,12 +30,16 @@ from stortune.schemas.topology import DeviceKind, Role
 API_VERSION = "stortune/v1"
 
 # Kubernetes object names (RFC 1123 subdomain) and label syntax.
-_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-_RULE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+#: Object names (profiles, hosts): an RFC 1123 subdomain, as for Kubernetes.
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
+_NAME = re.compile(NAME_PATTERN)
+_RULE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_RULE_NAME = re.compile(_RULE_NAME_PATTERN)
 _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+MAX_ANNOTATIONS_SIZE = 256 * 1024
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
 _SIZE_UNITS = {
     "": 1,
@@ -69,6 +73,10 @@ def _check_label_value(value: str) -> str:
     return value
 
 
+def is_name(value: str) -> bool:
+    return bool(_NAME.fullmatch(value))
+
+
 def check_labels(labels: dict[str, str]) -> dict[str, str]:
     for key, value in labels.items():
         _check_label_key(key)
@@ -77,7 +85,10 @@ def check_labels(labels: dict[str, str]) -> dict[str, str]:
 
 
 class Metadata(_Doc):
-    name: str = Field(description="RFC 1123 name, unique per kind")
+    name: str = Field(
+        description="RFC 1123 name, unique per kind",
+        json_schema_extra={"pattern": NAME_PATTERN, "maxLength": 253},
+    )
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
     # Set by the control plane; accepted on input so documents round-trip.
@@ -89,7 +100,7 @@ class Metadata(_Doc):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not _NAME.fullmatch(v):
+        if not is_name(v):
             raise ValueError(
                 f"{v!r} is not a valid name: lower-case letters, digits, '-' and '.', "
                 "starting and ending alphanumeric, at most 253 characters"
@@ -100,6 +111,17 @@ class Metadata(_Doc):
     @classmethod
     def _labels(cls, v: dict[str, str]) -> dict[str, str]:
         return check_labels(v)
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotations(cls, v: dict[str, str]) -> dict[str, str]:
+        # Keys follow the label key syntax and all of them fit 256 KiB, as in Kubernetes.
+        for key in v:
+            _check_label_key(key)
+        size = sum(len(k) + len(val) for k, val in v.items())
+        if size > MAX_ANNOTATIONS_SIZE:
+            raise ValueError(f"annotations take {size} characters; at most {MAX_ANNOTATIONS_SIZE}")
+        return v
 
 
 class SelectorOperator(StrEnum):
@@ -113,6 +135,13 @@ class SelectorRequirement(_Doc):
     key: str
     operator: SelectorOperator
     values: list[str] = Field(default_factory=list, max_length=64)
+
+    @field_validator("values")
+    @classmethod
+    def _label_values(cls, v: list[str]) -> list[str]:
+        for value in v:
+            _check_label_value(value)  # a value no label can have would select nothing, silently
+        return v
 
     @model_validator(mode="after")
     def _values_fit_operator(self) -> SelectorRequirement:
@@ -282,7 +311,7 @@ def settings_dict(settings: BaseModel) -> dict[str, int | str]:
 
 
 class Rule(_Doc):
-    name: str
+    name: str = Field(json_schema_extra={"pattern": _RULE_NAME_PATTERN, "maxLength": 63})
     match: Match
     settings: Settings  # type: ignore[valid-type]
 

@@ -29,8 +29,10 @@ import grpc
 import grpc.aio
 
 from stortune.api.agent import wire
+from stortune.api.agent.tls import TLSFiles
 from stortune.api.agent.wire import (
     ApplyResult,
+    BenchmarkOutcome,
     BenchmarkProgress,
     HostInfo,
     Observed,
@@ -38,13 +40,15 @@ from stortune.api.agent.wire import (
     SettingKey,
 )
 from stortune.schemas import planner
+from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.plan import Plan
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import HOST_TARGET, Topology, TunableState
 
 __all__ = [
     "AgentBusy", "AgentClient", "AgentClientFactory", "AgentClients", "AgentError",
-    "AgentNotFound", "AgentRejected", "AgentUnreachable", "ApplyResult", "BenchmarkProgress",
+    "AgentNotFound", "AgentRejected", "AgentUnreachable", "ApplyResult", "BenchmarkOutcome",
+    "BenchmarkProgress",
     "FakeAgentClient", "FakeAgentClients", "GrpcAgentClient", "HostInfo", "Observed",
     "RestoreResult", "SettingKey", "Timeouts",
 ]
@@ -114,9 +118,29 @@ class AgentClient(Protocol):
         """Progress updates until the run ends (async generator)."""
         ...
 
+    async def start_benchmark(self, run_id: str, spec: BenchmarkSpec) -> BenchmarkProgress:
+        """Start a run under the control plane's id; starting the same id again is a no-op.
+        AgentBusy while another benchmark runs there; AgentRejected for a target it refuses."""
+        ...
+
+    async def cancel_benchmark(self, run_id: str) -> tuple[bool, BenchmarkProgress]:
+        """(whether it was still running, its progress now)."""
+        ...
+
+    async def get_benchmark_result(self, run_id: str) -> BenchmarkOutcome:
+        ...
+
+    async def forget_benchmark(self, run_id: str) -> bool:
+        ...
+
+    async def collect_diagnostics(self, command_timeout_s: float = 0.0) -> bytes:
+        """The host's unredacted diagnostics bundle (tar.gz)."""
+        ...
+
 
 class AgentClientFactory(Protocol):
-    def for_address(self, address: str) -> AgentClient:
+    def for_address(self, address: str, host: str | None = None) -> AgentClient:
+        """A client for the agent at ``address``; with mTLS its certificate must name ``host``."""
         ...
 
 
@@ -125,9 +149,14 @@ class AgentClientFactory(Protocol):
 class Timeouts:
     """Per-call deadlines in seconds; ``watch`` None streams until the run ends."""
 
-    read: float = 10.0  # GetTopology, GetObserved, Plan
+    read: float = 10.0  # GetTopology, GetObserved, Plan, benchmark calls
     apply: float = 120.0  # Apply, Restore: a slow device can take a while to verify
     watch: float | None = None
+    diagnostics: float = 600.0  # every tool has its own timeout on the agent; many disks add up
+
+
+#: A bundle larger than this is refused rather than held in memory.
+MAX_DIAGNOSTICS_BYTES = 512 << 20
 
 
 _REJECTED = {grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
@@ -137,6 +166,10 @@ _BUSY = {grpc.StatusCode.ABORTED, grpc.StatusCode.RESOURCE_EXHAUSTED}
 
 # gRPC puts the OS error somewhere in a long "failed to connect to all addresses" text.
 _REASONS = (
+    (re.compile(r"hostname verification", re.I),
+     "TLS: the agent's certificate names another host than the one registered"),
+    (re.compile(r"certificate_verify_failed|certificate verify failed|unsupported certificate purpose",
+                re.I), "TLS handshake failed: certificate not accepted"),
     (re.compile(r"connection refused", re.I), "connection refused"),
     (re.compile(r"dns resolution failed|name resolution|could not resolve", re.I),
      "name resolution failed"),
@@ -195,15 +228,17 @@ class GrpcAgentClient:
     running event loop.
     """
 
-    def __init__(self, address: str, clients: AgentClients, timeouts: Timeouts) -> None:
+    def __init__(self, address: str, clients: AgentClients, timeouts: Timeouts,
+                 host: str | None = None) -> None:
         self.address = address
+        self.host = host
         self._clients = clients
         self._timeouts = timeouts
 
     async def _call(self, method: str, request: Any, timeout: float,
                     decode: Callable[[Any], _T]) -> _T:
         try:
-            stub = self._clients.stub(self.address)
+            stub = self._clients.stub(self.address, self.host)
             response = await getattr(stub, method)(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             raise error_from_rpc(self.address, method, exc) from None
@@ -234,7 +269,7 @@ class GrpcAgentClient:
                                 wire.restore_from)
 
     async def watch_benchmark(self, run_id: str) -> AsyncIterator[BenchmarkProgress]:
-        stub = self._clients.stub(self.address)
+        stub = self._clients.stub(self.address, self.host)
         call = stub.WatchBenchmark(wire.watch_request(run_id), timeout=self._timeouts.watch)
         try:
             async for message in call:
@@ -243,6 +278,42 @@ class GrpcAgentClient:
             raise error_from_rpc(self.address, "WatchBenchmark", exc) from None
         finally:
             call.cancel()  # the consumer stopped early: tell the agent
+
+    async def start_benchmark(self, run_id: str, spec: BenchmarkSpec) -> BenchmarkProgress:
+        return await self._call("StartBenchmark", wire.start_request(run_id, spec), self._timeouts.read,
+                                lambda response: wire.start_from(response)[1])
+
+    async def cancel_benchmark(self, run_id: str) -> tuple[bool, BenchmarkProgress]:
+        return await self._call("CancelBenchmark", wire.cancel_request(run_id), self._timeouts.apply,
+                                wire.cancel_from)
+
+    async def get_benchmark_result(self, run_id: str) -> BenchmarkOutcome:
+        return await self._call("GetBenchmarkResult", wire.result_request(run_id), self._timeouts.read,
+                                wire.result_from)
+
+    async def forget_benchmark(self, run_id: str) -> bool:
+        return await self._call("ForgetBenchmark", wire.forget_request(run_id), self._timeouts.read,
+                                wire.forget_from)
+
+    async def collect_diagnostics(self, command_timeout_s: float = 0.0) -> bytes:
+        stub = self._clients.stub(self.address, self.host)
+        call = stub.CollectDiagnostics(wire.diagnostics_request(command_timeout_s),
+                                       timeout=self._timeouts.diagnostics)
+        parts: list[bytes] = []
+        size = 0
+        try:
+            async for message in call:
+                chunk = wire.diagnostics_data(message)
+                size += len(chunk)
+                if size > MAX_DIAGNOSTICS_BYTES:
+                    raise AgentError(self.address, f"diagnostics bundle larger than "
+                                                   f"{MAX_DIAGNOSTICS_BYTES >> 20} MiB; refused")
+                parts.append(chunk)
+        except grpc.aio.AioRpcError as exc:
+            raise error_from_rpc(self.address, "CollectDiagnostics", exc) from None
+        finally:
+            call.cancel()
+        return b"".join(parts)
 
 
 @dataclass
@@ -257,38 +328,54 @@ class AgentClients:
 
     A grpc.aio channel belongs to the event loop it was created on; a call
     from another loop (a test's fresh loop, a worker) gets a fresh channel.
-    ``credentials`` None means plaintext (mTLS comes with the agent certificates).
+
+    With ``tls`` (the control plane's key, certificate and the agents' CA) every
+    channel is mutual TLS and the agent's certificate must name the host it
+    registered as (``host``): an agent cannot answer for another host, and one
+    presenting a certificate from another CA is refused at the handshake.
+    Without it, plaintext (``stortune-server --insecure``).
     """
 
-    def __init__(self, *, credentials: grpc.ChannelCredentials | None = None,
+    def __init__(self, *, tls: TLSFiles | None = None,
                  timeouts: Timeouts | None = None,
                  options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS) -> None:
-        self._credentials = credentials
+        self._tls = tls
+        self._credentials: grpc.ChannelCredentials | None = None
         self._timeouts = timeouts or Timeouts()
         self._options = list(options)
-        self._channels: dict[str, _Cached] = {}
+        self._channels: dict[tuple[str, str | None], _Cached] = {}
 
-    def for_address(self, address: str) -> GrpcAgentClient:
-        return GrpcAgentClient(address, self, self._timeouts)
+    def for_address(self, address: str, host: str | None = None) -> GrpcAgentClient:
+        return GrpcAgentClient(address, self, self._timeouts, host)
 
-    def stub(self, address: str) -> Any:
+    def _secure(self) -> grpc.ChannelCredentials:
+        if self._credentials is None:
+            assert self._tls is not None
+            key, cert, ca = self._tls.read()
+            self._credentials = grpc.ssl_channel_credentials(
+                root_certificates=ca, private_key=key, certificate_chain=cert)
+        return self._credentials
+
+    def stub(self, address: str, host: str | None = None) -> Any:
         """The generated stub on this address's channel for the running loop (made on first use)."""
         loop = asyncio.get_running_loop()
-        cached = self._channels.get(address)
+        key = (address, host)
+        cached = self._channels.get(key)
         if cached is not None and cached.loop is loop:
             return cached.stub
-        if self._credentials is None:
+        if self._tls is None:
             channel = grpc.aio.insecure_channel(address, options=self._options)
         else:
-            channel = grpc.aio.secure_channel(address, self._credentials, options=self._options)
-        self._channels[address] = _Cached(channel, loop, wire.agent_stub(channel))
-        return self._channels[address].stub
+            # The certificate is checked against the registered name, not the address.
+            options = [*self._options, *([("grpc.ssl_target_name_override", host)] if host else [])]
+            channel = grpc.aio.secure_channel(address, self._secure(), options=options)
+        self._channels[key] = _Cached(channel, loop, wire.agent_stub(channel))
+        return self._channels[key].stub
 
     async def forget(self, address: str) -> None:
-        """Close and drop the channel of an agent that went away (deregistered host)."""
-        cached = self._channels.pop(address, None)
-        if cached is not None:
-            await _close(cached)
+        """Close and drop the channels of an agent that went away (deregistered host)."""
+        for key in [k for k in self._channels if k[0] == address]:
+            await _close(self._channels.pop(key))
 
     async def close(self) -> None:
         cached, self._channels = list(self._channels.values()), {}
@@ -321,6 +408,13 @@ class FakeAgentClient:
         hostname="fake", kernel="6.1.0", boot_id="00000000-0000-4000-8000-000000000000",
         agent_version="fake", agent_started_unix=0))
     benchmarks: dict[str, list[BenchmarkProgress]] = field(default_factory=dict)
+    #: Runs started through start_benchmark: run id -> spec.
+    started: dict[str, BenchmarkSpec] = field(default_factory=dict)
+    #: What get_benchmark_result answers once a run is finished (set by the test).
+    outcomes: dict[str, BenchmarkOutcome] = field(default_factory=dict)
+    #: The bundle collect_diagnostics returns (a packed Bundle); when the test sets none,
+    #: a bundle holding just the topology, as the smallest a real agent sends.
+    diagnostics: bytes = b""
     calls: list[tuple[str, Any]] = field(default_factory=list)
     #: (device_id, tunable) -> (device name, value before stortune first wrote it)
     originals: dict[SettingKey, tuple[str, int | str | None]] = field(default_factory=dict)
@@ -428,6 +522,60 @@ class FakeAgentClient:
             if progress.finished:
                 return
 
+    def _latest(self, run_id: str) -> BenchmarkProgress:
+        if run_id in self.outcomes:
+            return self.outcomes[run_id].progress
+        if run_id not in self.benchmarks:
+            raise AgentNotFound(self.address, f"no benchmark run {run_id!r} on this agent", "NOT_FOUND")
+        return self.benchmarks[run_id][-1]
+
+    async def start_benchmark(self, run_id: str, spec: BenchmarkSpec) -> BenchmarkProgress:
+        self._enter("start_benchmark", (run_id, spec))
+        if run_id in self.started:
+            return self._latest(run_id)
+        for other in self.started:
+            if other != run_id and not self._latest(other).finished:
+                raise AgentBusy(self.address, f"busy: benchmark {other} running", "ABORTED")
+        self.started[run_id] = spec
+        self.benchmarks.setdefault(run_id, [BenchmarkProgress(run_id=run_id, state="queued")])
+        return self._latest(run_id)
+
+    async def cancel_benchmark(self, run_id: str) -> tuple[bool, BenchmarkProgress]:
+        self._enter("cancel_benchmark", run_id)
+        latest = self._latest(run_id)
+        if latest.finished:
+            return False, latest
+        cancelled = BenchmarkProgress(run_id=run_id, state="cancelled", percent=latest.percent,
+                                      message="cancelled")
+        self.benchmarks[run_id].append(cancelled)
+        return True, cancelled
+
+    async def get_benchmark_result(self, run_id: str) -> BenchmarkOutcome:
+        self._enter("get_benchmark_result", run_id)
+        if run_id in self.outcomes:
+            return self.outcomes[run_id]
+        return BenchmarkOutcome(progress=self._latest(run_id), result=None, raw_files={}, info=self.info)
+
+    async def forget_benchmark(self, run_id: str) -> bool:
+        self._enter("forget_benchmark", run_id)
+        known = run_id in self.started or run_id in self.outcomes or run_id in self.benchmarks
+        for table in (self.started, self.outcomes, self.benchmarks):
+            table.pop(run_id, None)
+        return known
+
+    async def collect_diagnostics(self, command_timeout_s: float = 0.0) -> bytes:
+        self._enter("collect_diagnostics", command_timeout_s)
+        if self.diagnostics:
+            return self.diagnostics
+        from datetime import UTC, datetime
+
+        from stortune.schemas.bundle import Bundle, BundleInfo, pack
+
+        bundle = Bundle(info=BundleInfo(collector="fake agent", created=datetime.now(UTC),
+                                        host=self.topology.hostname))
+        bundle.put("topology.json", self.topology.model_dump_json(indent=2))
+        return pack(bundle)
+
 
 @dataclass
 class FakeAgentClients:
@@ -435,7 +583,7 @@ class FakeAgentClients:
 
     agents: dict[str, FakeAgentClient] = field(default_factory=dict)
 
-    def for_address(self, address: str) -> FakeAgentClient:
+    def for_address(self, address: str, host: str | None = None) -> FakeAgentClient:
         if address not in self.agents:
             self.agents[address] = FakeAgentClient(address=address)
         return self.agents[address]
@@ -446,3 +594,4 @@ class FakeAgentClients:
 
     async def close(self) -> None:
         pass
+

@@ -5,15 +5,26 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from typing import Protocol, runtime_checkable
 
+import anyio.to_thread
 from fastapi import FastAPI
 
-from stortune.server.api import handlers, openapi
+from stortune.server.agentclient import AgentClientFactory, AgentClients
+from stortune.server.api import handlers, openapi, security
+from stortune.server.api.access import AccessControl, Authenticator
+from stortune.server.api.audit import Auditor
 from stortune.server.api.deps import Clock
-from stortune.server.api.router import api_router, health_router
-from stortune.server.controller import Controller, RecordingController, bind
-from stortune.server.db.engine import make_engine, make_sessions
+from stortune.server.api.limits import BodyLimits
+from stortune.server.api.ratelimit import RateLimiter
+from stortune.server.api.rendered import RenderedCache
+from stortune.server.api.router import API_PREFIX, api_router, health_router
+from stortune.server.bench.dispatcher import BenchmarkDispatcher
+from stortune.server.controller import Controller, bind
+from stortune.server.db.engine import API_THREADS, make_engine, make_sessions
 from stortune.server.db.migrate import upgrade
+from stortune.server.reconciler import Reconciler
+from stortune.server.services.agent_pki import AgentPki
 from stortune.server.settings import Settings
 
 VERSION = "0.1.0"
@@ -23,26 +34,76 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+@runtime_checkable
+class Runnable(Protocol):
+    """A controller with a life of its own, run for as long as the app serves."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 def create_app(
-    settings: Settings, *, controller: Controller | None = None, clock: Clock | None = None,
+    settings: Settings,
+    *,
+    controller: Controller | None = None,
+    agents: AgentClientFactory | None = None,
+    clock: Clock | None = None,
 ) -> FastAPI:
     """Build the service on its own engine, migrating the database to the newest schema first.
 
+    ``controller`` gets the reconcile requests after each commit; by default it
+    is a Reconciler dialling agents through ``agents`` (real gRPC clients
+    unless given), started and stopped with the app. A controller with async
+    ``start()``/``stop()`` is run the same way.
+
     State lives on ``app.state``: ``settings``, ``engine``, ``sessions`` (a
-    sessionmaker), ``controller`` (gets reconcile requests after each commit;
-    a RecordingController unless one is given) and ``clock``. The engine is
-    disposed when the app shuts down (or call ``app.state.engine.dispose()``).
+    sessionmaker), ``controller``, ``agents`` (the AgentClientFactory), ``clock``, ``authenticator`` and
+    ``rate_limiter``. The engine is disposed when the app shuts down (or call
+    ``app.state.engine.dispose()``).
+
+    Every call under /api/v1 needs a bearer token (api/access.py): tokens are
+    made with ``stortune-server token create`` or the API, or written to the
+    state directory by ``stortune-server`` on its first start (bootstrap.py).
     """
     engine = make_engine(settings.db_url)
     upgrade(engine)
     sessions = make_sessions(engine)
-    controller = controller if controller is not None else RecordingController()
+    now = clock or _utcnow
+    # Mutual TLS to agents unless the settings say plaintext (stortune-server --insecure).
+    pki = AgentPki.load(settings.agent_pki) if settings.agent_pki is not None else None
+    # The one factory of agent clients: the reconciler, benchmark runs and diagnostics share it.
+    if agents is None:
+        agents = AgentClients(tls=pki.client if pki is not None else None)
+    if controller is None:
+        controller = Reconciler(
+            sessions, agents,
+            interval=settings.reconcile_interval_s, workers=settings.reconcile_workers, clock=now,
+        )
     bind(sessions, controller)
+    running = controller if isinstance(controller, Runnable) else None
+    # The benchmark run queue (its rows survive restarts), run with the app like the reconciler.
+    dispatcher = BenchmarkDispatcher(sessions, agents, clock=now, interval=settings.benchmark_interval_s,
+                                     unreachable_timeout=settings.benchmark_unreachable_timeout_s)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        yield
-        engine.dispose()
+        # Sync routes and dependencies run on anyio's threadpool; bounded so the
+        # database pool always has a connection for each of its threads (engine.py).
+        anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
+        if running is not None:
+            await running.start()
+        await dispatcher.start()
+        try:
+            yield
+        finally:
+            await dispatcher.stop()
+            if running is not None:
+                await running.stop()
+            close = getattr(agents, "close", None)  # the reconciler may have closed it already
+            if close is not None:
+                await close()
+            engine.dispose()
 
     app = FastAPI(
         title="stortune control plane",
@@ -54,9 +115,23 @@ def create_app(
     app.state.engine = engine
     app.state.sessions = sessions
     app.state.controller = controller
-    app.state.clock = clock or _utcnow
+    app.state.agents = agents
+    app.state.benchmarks = dispatcher
+    app.state.agent_pki = pki
+    app.state.clock = now
+    app.state.rendered = RenderedCache()
+    app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
+    app.state.rate_limiter = RateLimiter()
+    authenticator = Authenticator(sessions, now, cache_s=settings.token_cache_s)
+    app.state.authenticator = authenticator
     app.include_router(health_router)
     app.include_router(api_router)
+    security.check_routes(app, API_PREFIX)
+    # Added innermost first: authentication (and the audit record) wraps the body limits,
+    # so a call refused for its size by a known caller is audited too.
+    app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, max_depth=settings.max_document_depth)
+    app.add_middleware(AccessControl, authenticator=authenticator,
+                       auditor=Auditor(sessions, now, API_PREFIX), prefix=API_PREFIX)
     handlers.install(app)
     openapi.install(app)
     return app

@@ -7,7 +7,7 @@ values so clients written for that convention read them unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -25,17 +25,36 @@ class ApiError(Exception):
     reason: ClassVar[str] = "InternalError"
 
     def __init__(self, message: str, *, kind: str | None = None, name: str | None = None,
-                 causes: Sequence[Cause] = ()) -> None:
+                 causes: Sequence[Cause] = (), headers: Mapping[str, str] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.kind = kind
         self.name = name
         self.causes = list(causes)
+        self.headers = dict(headers or {})
 
 
 class BadRequest(ApiError):
     code = 400
     reason = "BadRequest"
+
+
+class Unauthorized(ApiError):
+    """No token, or one that is unknown, revoked or expired (RFC 6750)."""
+
+    code = 401
+    reason = "Unauthorized"
+
+    def __init__(self, message: str, *, invalid_token: bool = False) -> None:
+        challenge = 'Bearer realm="stortune"' + (', error="invalid_token"' if invalid_token else "")
+        super().__init__(message, headers={"WWW-Authenticate": challenge})
+
+
+class Forbidden(ApiError):
+    """A valid token whose role may not do this."""
+
+    code = 403
+    reason = "Forbidden"
 
 
 class NotFound(ApiError):
@@ -70,6 +89,15 @@ class Invalid(ApiError):
         what = f'{kind} "{name}"' if kind and name else (kind or "request")
         detail = "; ".join(f"{c.field}: {c.message}" if c.field else c.message for c in causes)
         super().__init__(f"{what} is invalid: {detail}", kind=kind, name=name, causes=causes)
+
+
+class TooManyRequests(ApiError):
+    code = 429
+    reason = "TooManyRequests"
+
+    def __init__(self, message: str, *, retry_after_s: int) -> None:
+        super().__init__(message, headers={"Retry-After": str(retry_after_s)})
+        self.retry_after_s = retry_after_s
 
 
 class Unavailable(ApiError):

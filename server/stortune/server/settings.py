@@ -8,6 +8,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 DEFAULT_STATE_DIR = Path("/var/lib/stortune-server")
 DEFAULT_LISTEN = "127.0.0.1:8080"
+#: The largest request body: a topology of a large host is a few MiB; profiles are kilobytes.
+DEFAULT_MAX_BODY_BYTES = 8 << 20
 
 
 def default_db_url(state_dir: Path) -> str:
@@ -28,9 +30,42 @@ class Settings(BaseModel):
     db_url: str = Field(default_factory=lambda: default_db_url(DEFAULT_STATE_DIR),
                         description="SQLAlchemy URL: sqlite:///PATH or postgresql+psycopg://...")
     listen: str = DEFAULT_LISTEN
-    reconcile_interval_s: float = Field(default=30, gt=0)
-    lease_duration_s: float = Field(default=15, gt=0)
-    heartbeat_interval_s: float = Field(default=5, gt=0)
+    # Every host is looked at this often even when nothing asked for it (drift
+    # detection, lease expiry). At most a minute: drift must not go unseen long.
+    reconcile_interval_s: float = Field(default=30, gt=0, le=60)
+    # Concurrent reconciles; each mostly waits on its agent's gRPC answer.
+    reconcile_workers: int = Field(default=16, ge=1, le=256)
+    # Kubernetes' node lease defaults: renewed every 10 s, expired after 40 s. Agents that
+    # stop answering are noticed sooner by the reconciler's calls than by their lease.
+    lease_duration_s: float = Field(default=40, gt=0)
+    heartbeat_interval_s: float = Field(default=10, gt=0)
+    # Hostile input: bodies larger than this are 413; JSON or YAML nested deeper than
+    # this is 400 before any parser recurses (documents here are about 8 levels deep).
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    max_document_depth: int = Field(default=64, ge=8, le=256)
+    # Per-token rate limits of expensive calls, in calls per minute, by name
+    # ("dry-run", "diagnostics", "benchmark-runs"); unnamed ones keep the route's default.
+    rate_limits: dict[str, float] = Field(default_factory=dict)
+    # The benchmark run queue is looked at this often (and at once when a run is asked for):
+    # due schedules fire, queued runs whose retry time came are started.
+    benchmark_interval_s: float = Field(default=5, gt=0, le=60)
+    # A run whose agent does not answer for this long fails, with the reason.
+    benchmark_unreachable_timeout_s: float = Field(default=600, gt=0)
+    # How long an accepted token is trusted without reading its row again. A revocation
+    # through this server is immediate; other servers sharing the database see it this late.
+    token_cache_s: float = Field(default=10, ge=0, le=300)
+    # The CA that signs agents' certificates and holds the control plane's client certificate
+    # (tls.init_pki); the control plane dials agents with mutual TLS. None: plaintext to agents,
+    # which `stortune-server` allows only with --insecure.
+    agent_pki: Path | None = None
+
+    @field_validator("rate_limits")
+    @classmethod
+    def _rates(cls, v: dict[str, float]) -> dict[str, float]:
+        for name, per_minute in v.items():
+            if not per_minute > 0:
+                raise ValueError(f"rate limit {name!r}: calls per minute must be more than 0")
+        return v
 
     @field_validator("listen")
     @classmethod

@@ -22,6 +22,8 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from stortune.api.agent.v1 import agent_pb2 as pb
 from stortune.api.agent.v1 import agent_pb2_grpc as pb_grpc
+from stortune.schemas.bench.results import BenchmarkResult
+from stortune.schemas.bench.spec import BenchmarkSpec, parse_benchmark
 from stortune.schemas.documents import DocumentError, Problem, duplicate_names, parse_profile
 from stortune.schemas.plan import Plan
 from stortune.schemas.profile import StorageProfile
@@ -62,6 +64,16 @@ RestoreRequest = pb.RestoreRequest
 RestoreResponse = pb.RestoreResponse
 WatchBenchmarkRequest = pb.WatchBenchmarkRequest
 BenchmarkProgressMessage = pb.BenchmarkProgress
+StartBenchmarkRequest = pb.StartBenchmarkRequest
+StartBenchmarkResponse = pb.StartBenchmarkResponse
+CancelBenchmarkRequest = pb.CancelBenchmarkRequest
+CancelBenchmarkResponse = pb.CancelBenchmarkResponse
+GetBenchmarkResultRequest = pb.GetBenchmarkResultRequest
+GetBenchmarkResultResponse = pb.GetBenchmarkResultResponse
+ForgetBenchmarkRequest = pb.ForgetBenchmarkRequest
+ForgetBenchmarkResponse = pb.ForgetBenchmarkResponse
+CollectDiagnosticsRequest = pb.CollectDiagnosticsRequest
+DiagnosticsChunkMessage = pb.DiagnosticsChunk
 
 # -- domain side ---------------------------------------------------------------
 #: {device name (or "host"): {tunable: state}}
@@ -128,6 +140,17 @@ class BenchmarkProgress:
     @property
     def finished(self) -> bool:
         return self.state in TERMINAL_BENCHMARK_STATES
+
+
+@dataclass(frozen=True)
+class BenchmarkOutcome:
+    """What GetBenchmarkResult answers: the state, and once the run ended, its result."""
+
+    progress: BenchmarkProgress
+    result: BenchmarkResult | None
+    #: fio's own files per step run, by path relative to the run (job.fio, fio.json, stderr.txt).
+    raw_files: dict[str, str]
+    info: HostInfo
 
 
 # -- documents -------------------------------------------------------------------
@@ -348,3 +371,113 @@ def progress_from(msg: pb.BenchmarkProgress) -> BenchmarkProgress:
         read_iops=msg.read_iops, write_iops=msg.write_iops, eta_seconds=msg.eta_seconds,
         message=msg.message,
     )
+
+
+# -- StartBenchmark / CancelBenchmark / GetBenchmarkResult / ForgetBenchmark -------------
+def _run_id(msg: Any) -> str:
+    if not msg.run_id:
+        raise WireError("run_id: required")
+    return str(msg.run_id)
+
+
+def start_request(run_id: str, spec: BenchmarkSpec) -> pb.StartBenchmarkRequest:
+    return pb.StartBenchmarkRequest(run_id=run_id,
+                                    spec_json=json.dumps(spec.document(), separators=(",", ":")))
+
+
+def start_call(msg: pb.StartBenchmarkRequest) -> tuple[str, BenchmarkSpec]:
+    """(run id, spec); a DocumentError names ``spec_json`` and the path inside the spec."""
+    run_id = _run_id(msg)
+    try:
+        data = json.loads(msg.spec_json)
+    except ValueError as exc:
+        raise DocumentError([Problem("spec_json", "", f"not valid JSON: {exc}")]) from None
+    return run_id, parse_benchmark(data, "spec_json")
+
+
+def start_response(info: HostInfo, progress: BenchmarkProgress) -> pb.StartBenchmarkResponse:
+    return pb.StartBenchmarkResponse(host=host_message(info), run_id=progress.run_id,
+                                     progress=progress_message(progress))
+
+
+def start_from(msg: pb.StartBenchmarkResponse) -> tuple[HostInfo, BenchmarkProgress]:
+    return host_from(msg.host), progress_from(msg.progress)
+
+
+def cancel_request(run_id: str) -> pb.CancelBenchmarkRequest:
+    return pb.CancelBenchmarkRequest(run_id=run_id)
+
+
+def cancel_run_id(msg: pb.CancelBenchmarkRequest) -> str:
+    return _run_id(msg)
+
+
+def cancel_response(cancelled: bool, progress: BenchmarkProgress) -> pb.CancelBenchmarkResponse:
+    return pb.CancelBenchmarkResponse(run_id=progress.run_id, cancelled=cancelled,
+                                      progress=progress_message(progress))
+
+
+def cancel_from(msg: pb.CancelBenchmarkResponse) -> tuple[bool, BenchmarkProgress]:
+    return msg.cancelled, progress_from(msg.progress)
+
+
+def result_request(run_id: str) -> pb.GetBenchmarkResultRequest:
+    return pb.GetBenchmarkResultRequest(run_id=run_id)
+
+
+def result_run_id(msg: pb.GetBenchmarkResultRequest) -> str:
+    return _run_id(msg)
+
+
+def result_response(outcome: BenchmarkOutcome) -> pb.GetBenchmarkResultResponse:
+    return pb.GetBenchmarkResultResponse(
+        host=host_message(outcome.info), progress=progress_message(outcome.progress),
+        result_json=outcome.result.model_dump_json() if outcome.result is not None else "",
+        raw_files=outcome.raw_files)
+
+
+def result_from(msg: pb.GetBenchmarkResultResponse) -> BenchmarkOutcome:
+    result = _decode(BenchmarkResult, msg.result_json, "result_json") if msg.result_json else None
+    return BenchmarkOutcome(progress=progress_from(msg.progress), result=result,
+                            raw_files=dict(msg.raw_files), info=host_from(msg.host))
+
+
+def forget_request(run_id: str) -> pb.ForgetBenchmarkRequest:
+    return pb.ForgetBenchmarkRequest(run_id=run_id)
+
+
+def forget_run_id(msg: pb.ForgetBenchmarkRequest) -> str:
+    return _run_id(msg)
+
+
+def forget_response(forgotten: bool) -> pb.ForgetBenchmarkResponse:
+    return pb.ForgetBenchmarkResponse(forgotten=forgotten)
+
+
+def forget_from(msg: pb.ForgetBenchmarkResponse) -> bool:
+    return bool(msg.forgotten)
+
+
+# -- CollectDiagnostics ----------------------------------------------------------------
+#: Well under gRPC's default 4 MiB message limit.
+DIAGNOSTICS_CHUNK = 1 << 20
+
+
+def diagnostics_request(command_timeout_s: float = 0.0) -> pb.CollectDiagnosticsRequest:
+    return pb.CollectDiagnosticsRequest(command_timeout_s=command_timeout_s)
+
+
+def diagnostics_timeout(msg: pb.CollectDiagnosticsRequest) -> float | None:
+    """The per-command timeout asked for, or None for the agent's default."""
+    if msg.command_timeout_s < 0:
+        raise WireError("command_timeout_s: must not be negative")
+    return msg.command_timeout_s or None
+
+
+def diagnostics_chunks(data: bytes) -> Iterable[pb.DiagnosticsChunk]:
+    for start in range(0, max(len(data), 1), DIAGNOSTICS_CHUNK):
+        yield pb.DiagnosticsChunk(data=data[start:start + DIAGNOSTICS_CHUNK])
+
+
+def diagnostics_data(msg: pb.DiagnosticsChunk) -> bytes:
+    return bytes(msg.data)

@@ -26,8 +26,30 @@ Decisions a client can rely on:
   replaced at each registration; API labels only through the API.
 - A host heartbeat renews its lease with one UPDATE; it is not a resource
   write, so the host's resourceVersion does not move.
+- Host status is written by the reconciler only. Conditions: Reachable (the
+  agent's lease and answers), Applied (every selecting profile's generation
+  is in place; False with reason Rejected or ApplyFailed), Drifted (a setting
+  that was in sync at its profile's generation changed), and Ready =
+  Reachable and Applied and not Drifted, whose reason names the first
+  condition in the way. lastTransitionTime moves only when a status flips.
+  ``status.devices`` is the settings table: desired, observed, inSync and
+  the profile/rule/mode each value comes from.
 - Every error is a Status body (reason NotFound, AlreadyExists, Conflict,
   Invalid, BadRequest...). 422 lists ``details.causes`` with the field path
   inside the document, e.g. ``spec.rules[0].settings.read_ahead_kb``.
 - A path name that is not a valid object name is 404, never a query.
+- Every call under /api/v1 needs a bearer token (api/access.py); no, an
+  unknown, a revoked or an expired one is 401 with ``WWW-Authenticate:
+  Bearer``, before the body is read or the path routed. Each route declares
+  the permission it needs (api/security.py; the app is not built otherwise)
+  and a role without it gets 403. /healthz, /docs and /openapi.json are
+  public: the API's shape is no secret, and /docs is where a token is pasted.
+- A support token's host selector is applied to every host read: a host it
+  does not match answers 404 like a host that does not exist, lists leave it
+  out, and events about it are not shown.
+- Mutating calls (heartbeats excepted) and endpoints marked ``@audited``
+  leave an audit record whatever their outcome (api/audit.py).
+- Expensive calls spend a per-token budget: 429 with Retry-After when it is
+  spent (api/ratelimit.py). Bodies are bounded in size (413) and nesting
+  (400) before any parser runs (api/limits.py).
 """

@@ -3,53 +3,84 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Annotated, Any
 
+import anyio
+import anyio.to_thread
 import yaml
 from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session, sessionmaker
 
+from stortune.schemas.profile import NAME_PATTERN, is_name
+from stortune.server.api.limits import too_deep_message
 from stortune.server.errors import BadRequest, NotFound
-from stortune.server.models.common import NAME_PATTERN, is_name
 from stortune.server.settings import Settings
 
 Clock = Callable[[], datetime]
 
 
-def get_session(request: Request) -> Iterator[Session]:
+# Dependencies that do not block are ``async def``: FastAPI runs a plain ``def``
+# dependency in the threadpool, and those hops cost more CPU than a heartbeat's
+# database write.
+
+
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    # Opening a session touches no connection (that happens at its first query,
+    # inside the sync route). Closing returns the connection and may roll back
+    # over the network, so it runs in a thread, but under its own limiter: if it
+    # queued behind routes that wait for a pooled connection, the connections
+    # it would give back could never be given back. Shielded, because a client
+    # hanging up must not leave the connection checked out.
     sessions: sessionmaker[Session] = request.app.state.sessions
-    with sessions() as session:
+    closers: anyio.CapacityLimiter = request.app.state.session_closers
+    session = sessions()
+    try:
         yield session
+    finally:
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(session.close, limiter=closers)
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     settings: Settings = request.app.state.settings
     return settings
 
 
-def get_now(request: Request) -> datetime:
+async def get_now(request: Request) -> datetime:
     clock: Clock = request.app.state.clock
     return clock()
 
 
-def _load_yaml(body: bytes) -> Any:
-    # An alias repeats a node by reference; a few lines of them expand into
-    # billions of nodes for whoever walks the result ("billion laughs").
-    if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(body, Loader=yaml.SafeLoader)):
-        raise BadRequest("YAML aliases (*name) are not accepted in documents; write the values out")
+def _load_yaml(body: bytes, max_depth: int) -> Any:
+    # The event stream is produced without recursion; walking it first refuses what
+    # would hurt whoever builds or walks the document.
+    depth = 0
+    for event in yaml.parse(body, Loader=yaml.SafeLoader):
+        # An alias repeats a node by reference; a few lines of them expand into
+        # billions of nodes for whoever walks the result ("billion laughs").
+        if isinstance(event, yaml.AliasEvent):
+            raise BadRequest("YAML aliases (*name) are not accepted in documents; write the values out")
+        if isinstance(event, yaml.CollectionStartEvent):
+            depth += 1
+            if depth > max_depth:
+                raise BadRequest(too_deep_message(max_depth))
+        elif isinstance(event, yaml.CollectionEndEvent):
+            depth -= 1
     return yaml.safe_load(body)
 
 
 async def read_document(request: Request) -> Any:
     """The raw body, JSON or YAML: documents are validated by the schemas package, not FastAPI,
-    so error paths are the document's own (spec.rules[0]...)."""
+    so error paths are the document's own (spec.rules[0]...). Size and JSON depth are bounded
+    before this runs (api/limits.py)."""
     body = await request.body()
+    settings: Settings = request.app.state.settings
     content_type = request.headers.get("content-type", "application/json")
     syntax = "YAML" if "yaml" in content_type else "JSON"
     try:
-        return _load_yaml(body) if syntax == "YAML" else json.loads(body)
+        return _load_yaml(body, settings.max_document_depth) if syntax == "YAML" else json.loads(body)
     except (ValueError, yaml.YAMLError) as exc:
         raise BadRequest(f"the body is not valid {syntax}: {exc}") from None
     except RecursionError:
@@ -69,11 +100,11 @@ def _known_name(kind: str, name: str) -> str:
     return name
 
 
-def profile_name(name: NamePath) -> str:
+async def profile_name(name: NamePath) -> str:
     return _known_name("StorageProfile", name)
 
 
-def host_name(name: NamePath) -> str:
+async def host_name(name: NamePath) -> str:
     return _known_name("Host", name)
 
 

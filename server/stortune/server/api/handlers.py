@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -21,17 +22,22 @@ _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotF
 
 
 def status_response(
-    code: int, reason: str, message: str, details: StatusDetails | None = None
+    code: int, reason: str, message: str, details: StatusDetails | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body = Status(code=code, reason=reason, message=message, details=details or StatusDetails())
-    return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=code)
+    return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=code, headers=headers)
+
+
+def error_response(exc: ApiError) -> JSONResponse:
+    details = StatusDetails(name=exc.name, kind=exc.kind,
+                            causes=[StatusCause(field=c.field, message=c.message) for c in exc.causes])
+    return status_response(exc.code, exc.reason, exc.message, details, exc.headers)
 
 
 def _api_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ApiError)
-    details = StatusDetails(name=exc.name, kind=exc.kind,
-                            causes=[StatusCause(field=c.field, message=c.message) for c in exc.causes])
-    return status_response(exc.code, exc.reason, exc.message, details)
+    return error_response(exc)
 
 
 def _cause(error: Any) -> StatusCause:
@@ -53,7 +59,8 @@ def _request_invalid(_request: Request, exc: Exception) -> JSONResponse:
 
 def _http_error(_request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    return status_response(exc.status_code, _REASONS.get(exc.status_code, "Unknown"), str(exc.detail))
+    return status_response(exc.status_code, _REASONS.get(exc.status_code, "Unknown"), str(exc.detail),
+                           headers=exc.headers)
 
 
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:

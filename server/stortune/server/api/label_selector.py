@@ -33,6 +33,14 @@ def parse(text: str | None) -> LabelSelector | None:
     """None (select everything) for an empty selector; Invalid on syntax errors."""
     if text is None or not text.strip():
         return None
+    try:
+        return parse_text(text)
+    except ValueError as exc:
+        raise Invalid([Cause("labelSelector", str(exc))]) from None
+
+
+def parse_text(text: str) -> LabelSelector:
+    """A non-empty selector; ValueError saying what is wrong (also for an empty one)."""
     labels: dict[str, str] = {}
     expressions: list[SelectorRequirement] = []
     try:
@@ -56,7 +64,4 @@ def parse(text: str | None) -> LabelSelector | None:
                                  "key!=value, key in (a,b) or key notin (a,b)")
         return LabelSelector(matchLabels=labels, matchExpressions=expressions)
     except ValidationError as exc:
-        message = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
-        raise Invalid([Cause("labelSelector", message)]) from None
-    except ValueError as exc:
-        raise Invalid([Cause("labelSelector", str(exc))]) from None
+        raise ValueError("; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())) from None

@@ -36,6 +36,10 @@ NOT_FOUND: Responses = {404: _error("No such object")}
 CONFLICT: Responses = {409: _error("Already exists, stale resourceVersion or being deleted")}
 INVALID: Responses = {422: _error("Invalid: details.causes name each field")}
 BAD_REQUEST: Responses = {400: _error("The body is not valid JSON or YAML")}
+TOO_MANY: Responses = {429: _error("Rate limited: retry after the Retry-After header's seconds")}
+#: Every /api/ route: the token is missing or refused, or its role may not do this.
+AUTH: Responses = {401: _error("No token, or an unknown, revoked or expired one"),
+                   403: _error("The token's role may not do this")}
 
 
 def install(app: FastAPI) -> None:

@@ -20,15 +20,27 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session, sessionmaker
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+#: Threads that may hold a connection at once: the API's threadpool (app.py sets
+#: it) and the reconciler's asyncio.to_thread workers (at most 32).
+API_THREADS = 16
+POOL_SIZE = 8
+POOL_OVERFLOW = API_THREADS + 32 - POOL_SIZE
 
 
 def make_engine(url: str) -> Engine:
+    # The pool must never be smaller than the number of threads that can ask for a
+    # connection. Otherwise threads queue for one while the requests that hold
+    # the connections wait for a free thread to close their sessions: a deadlock
+    # that only the pool timeout breaks.
+    pool = {"pool_size": POOL_SIZE, "max_overflow": POOL_OVERFLOW}
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+        if url in ("sqlite://", "sqlite:///:memory:"):
+            pool = {}  # one connection per thread (SingletonThreadPool) for an in-memory database
+        engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **pool)
         _configure_sqlite(engine)
         return engine
     # pool_pre_ping: a PostgreSQL restart must not turn the next request into a 500.
-    return create_engine(url, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True, **pool)
 
 
 def _configure_sqlite(engine: Engine) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, Text
+from sqlalchemy import BigInteger, ForeignKey, Index, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from stortune.server.db.types import BigId, JSONDoc, UTCDateTime
@@ -75,10 +75,10 @@ class Host(Base):
     topology_hash: Mapped[str | None] = mapped_column(Text)
     boot_id: Mapped[str | None] = mapped_column(Text)
     registered_at: Mapped[datetime]
-    last_heartbeat: Mapped[datetime]
-    lease_expires: Mapped[datetime]
-    # Mirrors the Ready condition so a heartbeat can learn it without reading status.
+    # Mirrors the Ready condition (the reconciler's verdict), for cheap listing.
     ready: Mapped[bool]
+    # Set when the lease ran out; the next heartbeat clears it in its one UPDATE.
+    lease_expired: Mapped[bool] = mapped_column(server_default=false())
     resource_version: Mapped[int] = mapped_column(BigInteger)
     # conditions and the per-device settings table
     status: Mapped[dict[str, Any]]
@@ -91,6 +91,24 @@ class Host(Base):
     def effective_labels(self) -> dict[str, str]:
         """What host selectors see: reported labels overlaid by the ones set through the API."""
         return {**self.reported_labels, **self.labels}
+
+
+class HostLease(Base):
+    """An agent's lease, renewed by every heartbeat.
+
+    Its own small row: on SQLite an UPDATE rewrites the whole row, and a host
+    row carries the topology and the settings table, so renewing the lease
+    there cost a fleet's heartbeats several times more CPU.
+    """
+
+    __tablename__ = "host_leases"
+
+    name: Mapped[str] = mapped_column(
+        String(NAME_LENGTH), ForeignKey("hosts.name", ondelete="CASCADE"), primary_key=True)
+    renew_time: Mapped[datetime]
+    expire_time: Mapped[datetime]
+
+    __table_args__ = (Index("ix_host_leases_expire_time", "expire_time"),)
 
 
 class Event(Base):
@@ -131,3 +149,181 @@ class HostConditionChange(Base):
     at: Mapped[datetime]
 
     __table_args__ = (Index("ix_host_conditions_history_host", "host", "at"),)
+
+
+class ApiToken(Base):
+    """A bearer token of the REST API. The secret itself is never stored: only its SHA-256."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(String(16), primary_key=True)  # public: listed, audited
+    secret_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    description: Mapped[str] = mapped_column(Text)
+    role: Mapped[str] = mapped_column(String(16))
+    # Label selector text (support tokens): the only hosts the token sees.
+    host_selector: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(Text)
+    expires_at: Mapped[datetime | None]
+    # Written at most about once a minute per token, not on every request.
+    last_used_at: Mapped[datetime | None]
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str | None] = mapped_column(Text)
+
+
+class AuditRecord(Base):
+    """One audited call: who (token), what (method, path, outcome), when, from where."""
+
+    __tablename__ = "audit_log"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime]
+    token_id: Mapped[str] = mapped_column(String(16))
+    token_name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    role: Mapped[str] = mapped_column(String(16))
+    method: Mapped[str] = mapped_column(String(16))
+    path: Mapped[str] = mapped_column(Text)  # with the query string; secrets redacted
+    resource: Mapped[str] = mapped_column(Text)
+    code: Mapped[int]
+    client: Mapped[str] = mapped_column(String(64))
+
+    __table_args__ = (
+        Index("ix_audit_log_at", "at"),
+        Index("ix_audit_log_token", "token_id", "at"),
+    )
+
+
+class Redaction(Base):
+    """One masked value of diagnostics bundles: the token support sees, and what it stands for.
+
+    One mapping for the whole fleet, so a value (a shared SAN's WWN) is the same
+    token in every host's bundle. It never leaves the control plane except to admins.
+    """
+
+    __tablename__ = "redactions"
+
+    token: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    value: Mapped[str] = mapped_column(Text)
+    #: The host whose bundle first carried it, and when.
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    created_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_redactions_host", "host"),)
+
+
+class BenchmarkRun(Base):
+    """One benchmark run on one host: queued, followed while it runs, then its result.
+
+    The queue is these rows: a server that restarts finds its queued runs and
+    re-attaches to the running ones. The normalised result lives here; fio's raw
+    files are in ``benchmark_raw`` so that listing runs stays cheap.
+    """
+
+    __tablename__ = "benchmark_runs"
+
+    #: Queue order (FIFO per host); the public id is ``id``.
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    #: Chosen by the control plane and sent to the agent (StartBenchmark is idempotent on it).
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))  # the spec's metadata.name
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    spec: Mapped[dict[str, Any]]  # the BenchmarkSpec document, canonical units
+    requested_by: Mapped[str] = mapped_column(Text)
+    schedule: Mapped[str | None] = mapped_column(String(NAME_LENGTH))
+    state: Mapped[str] = mapped_column(String(16))  # queued | running | done | failed | cancelled
+    message: Mapped[str] = mapped_column(Text)
+    #: The latest progress the agent reported (percent, rates, step), written at most once a second.
+    progress: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    cancel_requested_at: Mapped[datetime | None]
+    #: Starts refused (busy, unreachable) so far, and when the next may be tried.
+    attempts: Mapped[int]
+    not_before: Mapped[datetime | None]
+    unreachable_since: Mapped[datetime | None]
+    #: The agent still keeps the run's files (ForgetBenchmark not yet acknowledged).
+    agent_holds: Mapped[bool]
+    #: Profile -> generation in effect on the host (the agent's own record once the run ended).
+    profiles: Mapped[dict[str, int]]
+    kernel: Mapped[str | None] = mapped_column(Text)
+    fio_version: Mapped[str | None] = mapped_column(Text)
+    topology_hash: Mapped[str | None] = mapped_column(Text)
+    passed: Mapped[bool | None]  # the thresholds' verdict, when the spec has thresholds
+    result: Mapped[dict[str, Any] | None]  # the BenchmarkResult document
+
+    __table_args__ = (
+        Index("ix_benchmark_runs_host", "host", "seq"),
+        Index("ix_benchmark_runs_state", "state", "seq"),
+        Index("ix_benchmark_runs_schedule", "schedule", "seq"),
+        Index("ix_benchmark_runs_name", "name", "seq"),
+    )
+
+
+class BenchmarkRawFile(Base):
+    """fio's own files of a run (job, JSON output, stderr per step run), as the agent kept them."""
+
+    __tablename__ = "benchmark_raw"
+
+    run_id: Mapped[str] = mapped_column(
+        String(64), ForeignKey("benchmark_runs.id", ondelete="CASCADE"), primary_key=True)
+    path: Mapped[str] = mapped_column(String(512), primary_key=True)  # relative to the run
+    text: Mapped[str] = mapped_column(Text)
+
+
+class BenchmarkSchedule(Base):
+    """A BenchmarkSpec run on every host its selector matches, when a cron expression says."""
+
+    __tablename__ = "benchmark_schedules"
+
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    cron: Mapped[str] = mapped_column(String(256))
+    spec: Mapped[dict[str, Any]]  # the BenchmarkSpec document (with spec.hostSelector)
+    suspended: Mapped[bool]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(Text)
+    #: The next fire time (UTC); None while suspended. Missed times fire once, not once each.
+    next_due_at: Mapped[datetime | None]
+    last_fired_at: Mapped[datetime | None]
+    last_message: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_benchmark_schedules_next_due_at", "next_due_at"),)
+
+
+class BenchmarkBaseline(Base):
+    """A run marked as the reference for a class of hosts: later runs of the same benchmark
+    (spec name) on hosts the selector matches are judged against it."""
+
+    __tablename__ = "benchmark_baselines"
+
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    run_id: Mapped[str] = mapped_column(String(64), ForeignKey("benchmark_runs.id"))
+    host_selector: Mapped[dict[str, Any]]  # a LabelSelector document
+    benchmark: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    description: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_benchmark_baselines_benchmark", "benchmark"),)
+
+
+class AgentIdentity(Base):
+    """The key that first obtained a certificate for a host name: it keeps the name.
+
+    Another key asking for the same name (another machine holding the bootstrap
+    token) is refused until an admin deletes the host, which drops this row.
+    """
+
+    __tablename__ = "agent_identities"
+
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    #: SHA-256 of the agent's public key (DER SubjectPublicKeyInfo), hex.
+    key_sha256: Mapped[str] = mapped_column(String(64))
+    first_issued_at: Mapped[datetime]
+    last_issued_at: Mapped[datetime]
+    expires_at: Mapped[datetime]

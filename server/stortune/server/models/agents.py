@@ -18,6 +18,7 @@ def _endpoint(value: str) -> str:
 
 
 Hash = Annotated[str, Field(max_length=128)]
+MAX_EXTRA_FACTS = 64
 # 253-character host name, brackets of an IPv6 literal, ':' and a port.
 Endpoint = Annotated[str, Field(min_length=3, max_length=261, pattern=r"^\S+:[0-9]{1,5}$"),
                      AfterValidator(_endpoint)]
@@ -38,11 +39,18 @@ class AgentFacts(RequestModel):
 
     @model_validator(mode="after")
     def _extras_are_scalars(self) -> AgentFacts:
+        extra = self.model_extra or {}
+        if len(extra) > MAX_EXTRA_FACTS:
+            raise ValueError(f"{len(extra)} facts besides the named ones; at most {MAX_EXTRA_FACTS}")
         # Floats are refused too: NaN and Infinity are not JSON a database stores.
-        for key, value in (self.model_extra or {}).items():
+        for key, value in extra.items():
+            if len(key) > 128:
+                raise ValueError(f"{key[:32]}...: fact names are at most 128 characters")
             if value is not None and not isinstance(value, str | int | bool):
                 raise ValueError(
                     f"{key}: facts are strings, integers or booleans, got {type(value).__name__}")
+            if isinstance(value, str) and len(value) > 1024:
+                raise ValueError(f"{key}: fact values are at most 1024 characters")
         return self
 
 
@@ -81,3 +89,18 @@ class TopologyAccepted(BaseModel):
     name: str
     topology_hash: str
     changed: bool
+
+
+class CertificateRequest(RequestModel):
+    """A CSR for the name the agent registers under; the certificate says that name, whatever
+    the CSR asks for."""
+
+    name: Name
+    csr: str = Field(min_length=64, max_length=16_384, description="PEM certificate signing request")
+
+
+class CertificateIssued(BaseModel):
+    name: str
+    certificate: str = Field(description="PEM: the agent's certificate (DNS SAN = name)")
+    ca: str = Field(description="PEM: the CA that signed it and the control plane's certificate")
+    expires: datetime

@@ -2,26 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from stortune.schemas.documents import field_path
-from stortune.schemas.profile import check_labels
+from stortune.schemas.profile import NAME_PATTERN, check_labels
 from stortune.server.errors import Cause
 
 API_VERSION: Final = "stortune/v1"
 
-# RFC 1123 subdomain, the rule for object names (profiles, hosts).
-NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$"
-_NAME = re.compile(NAME_PATTERN)
-
 Name = Annotated[str, Field(pattern=NAME_PATTERN, max_length=253)]
-
-
-def is_name(value: str) -> bool:
-    return bool(_NAME.fullmatch(value))
 
 
 def _bad_text(text: str) -> str | None:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field
 
 from stortune.server.db.tables import Host
+from stortune.server.db.tables import HostLease as LeaseRow
 from stortune.server.models.common import API_VERSION, Labels, RequestModel, check_label_map
 from stortune.server.models.meta import ListMeta, ObjectMeta, format_resource_version
 
@@ -15,7 +16,8 @@ ConditionStatus = Literal["True", "False", "Unknown"]
 
 
 class Condition(BaseModel):
-    type: str = Field(description="Ready (agent lease), Applied, InSync (reconciler)")
+    type: str = Field(description="Ready (= Reachable and Applied and not Drifted), Reachable (lease and "
+                                  "agent calls), Applied, Drifted (reconciler)")
     status: ConditionStatus
     reason: str
     message: str = ""
@@ -30,9 +32,12 @@ class DeviceSetting(BaseModel):
     tunable: str
     desired: int | str | None = None
     observed: int | str | None = None
-    inSync: bool | None = None
+    inSync: bool | None = Field(default=None, description="None: rejected or skipped (see message)")
     profile: str | None = None
     rule: str | None = None
+    mode: Literal["enforce", "audit"] | None = None
+    generation: int | None = Field(default=None, description="Of the profile the desired value comes from")
+    drifted: bool = Field(default=False, description="Was in sync at this generation, then changed")
     message: str = ""
 
 
@@ -50,10 +55,14 @@ class HostStatus(BaseModel):
     reportedLabels: dict[str, str] = Field(default_factory=dict)
     facts: dict[str, Any] = Field(default_factory=dict)
     bootId: str | None = None
+    checkedBootId: str | None = Field(
+        default=None, description="Boot id at the reconciler's last successful look at the agent; "
+        "drift seen under another boot id is blamed on the reboot")
+    appliedBootId: str | None = Field(default=None, description="Boot id at the last successful apply")
+    refusedGenerations: dict[str, int] | None = Field(
+        default=None, description="Profile generations the agent refused; not sent again until they change")
     topologyHash: str | None = None
     registeredAt: datetime
-    lastHeartbeat: datetime
-    leaseExpires: datetime
 
     @classmethod
     def from_row(cls, row: Host) -> HostStatus:
@@ -64,11 +73,32 @@ class HostStatus(BaseModel):
             reportedLabels=row.reported_labels,
             facts=row.facts,
             bootId=row.boot_id,
+            checkedBootId=row.status.get("checkedBootId"),
+            appliedBootId=row.status.get("appliedBootId"),
+            refusedGenerations=row.status.get("refusedGenerations"),
             topologyHash=row.topology_hash,
             registeredAt=row.registered_at,
-            lastHeartbeat=row.last_heartbeat,
-            leaseExpires=row.lease_expires,
         )
+
+
+class HostLease(BaseModel):
+    """The agent's lease, renewed by every heartbeat.
+
+    Kept out of the host document on purpose (as Kubernetes moved node
+    heartbeats into Lease objects): a heartbeat changes only this, so the host
+    documents stay unchanged, and cheap to serve, while a fleet is idle.
+    """
+
+    apiVersion: Literal["stortune/v1"] = API_VERSION
+    kind: Literal["HostLease"] = "HostLease"
+    name: str
+    renewTime: datetime = Field(description="The last heartbeat")
+    expireTime: datetime = Field(description="Unreachable after this without another heartbeat")
+    expired: bool = Field(description="The lease ran out and no heartbeat has renewed it since")
+
+    @classmethod
+    def from_row(cls, row: LeaseRow, expired: bool) -> HostLease:
+        return cls(name=row.name, renewTime=row.renew_time, expireTime=row.expire_time, expired=expired)
 
 
 class HostDocument(BaseModel):

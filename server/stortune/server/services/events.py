@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Literal
 
@@ -52,10 +52,13 @@ def record(
 
 
 def list_events(
-    session: Session, *, host: str | None = None, profile: str | None = None, limit: int = 100
+    session: Session, *, host: str | None = None, profile: str | None = None, limit: int = 100,
+    hosts: Collection[str] | None = None,
 ) -> Sequence[Event]:
-    """Newest first."""
+    """Newest first; ``hosts``: only events about these hosts."""
     stmt = select(Event)
+    if hosts is not None:
+        stmt = stmt.where(Event.host.in_(sorted(hosts)))
     if host is not None:
         stmt = stmt.where(Event.host == host)
     if profile is not None:

@@ -3,24 +3,32 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from sqlalchemy import delete as sa_delete
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from stortune.schemas.profile import LabelSelector
 from stortune.schemas.topology import Topology
 from stortune.server.controller import request_reconcile
-from stortune.server.db.tables import Host, HostConditionChange
+from stortune.server.db.tables import AgentIdentity, Host, HostConditionChange, HostLease
 from stortune.server.errors import NotFound
 from stortune.server.models.agents import Heartbeat, Registration, TopologyUpload
 from stortune.server.models.hosts import ConditionStatus, DeviceSetting
 from stortune.server.services import events, finalizers
+from stortune.server.services.events import EventType
 from stortune.server.services.versions import current_resource_version, next_resource_version
 
 KIND = "Host"
+# Reachable: the lease (heartbeats) and the reconciler's calls to the agent.
+# Applied, Drifted: the reconciler. Ready is derived from those three, here only.
+REACHABLE = "Reachable"
+APPLIED = "Applied"
+DRIFTED = "Drifted"
 READY = "Ready"
 
 
@@ -31,15 +39,57 @@ def _get(session: Session, name: str) -> Host:
     return host
 
 
-def get(session: Session, name: str) -> Host:
-    return _get(session, name)
+def get(session: Session, name: str, *, with_topology: bool = True) -> Host:
+    if with_topology:
+        return _get(session, name)
+    host = session.get(Host, name, options=[defer(Host.topology)])
+    if host is None:
+        raise NotFound(KIND, name)
+    return host
+
+
+def lease(session: Session, name: str) -> tuple[HostLease, bool]:
+    """The host's lease and whether it has run out (Reachable=False until the next heartbeat)."""
+    row = session.execute(select(HostLease, Host.lease_expired).join(Host, Host.name == HostLease.name)
+                          .where(HostLease.name == name)).one_or_none()
+    if row is None:
+        raise NotFound(KIND, name)
+    return row[0], row[1]
 
 
 def list_hosts(session: Session, selector: LabelSelector | None = None) -> tuple[list[Host], int]:
-    """Hosts by name, and the resourceVersion the list is as new as."""
+    """Hosts by name (topologies not loaded), and the resourceVersion the list is as new as."""
     version = current_resource_version(session)
-    rows = session.scalars(select(Host).order_by(Host.name)).all()
+    rows = session.scalars(select(Host).options(defer(Host.topology)).order_by(Host.name)).all()
     return [h for h in rows if selector is None or selector.matches(h.effective_labels)], version
+
+
+def labels_of(session: Session, name: str) -> dict[str, str] | None:
+    """The host's effective labels (what selectors see), or None when there is no such host."""
+    row = session.execute(select(Host.labels, Host.reported_labels).where(Host.name == name)).one_or_none()
+    return None if row is None else {**row[1], **row[0]}
+
+
+def names(session: Session) -> list[str]:
+    return list(session.scalars(select(Host.name).order_by(Host.name)))
+
+
+@dataclass(frozen=True)
+class Standing:
+    """How a host stands with its profiles: what profile summaries count."""
+
+    name: str
+    labels: dict[str, str]
+    applied: dict[str, int]
+    applied_condition: dict[str, Any] | None
+
+
+def standings(session: Session) -> list[Standing]:
+    rows = session.execute(select(Host.name, Host.labels, Host.reported_labels, Host.applied_generations,
+                                  Host.status).order_by(Host.name)).all()
+    return [Standing(name, {**reported, **api}, applied,
+                     next((c for c in status.get("conditions", []) if c["type"] == APPLIED), None))
+            for name, api, reported, applied, status in rows]
 
 
 def labels_by_host(session: Session) -> dict[str, dict[str, str]]:
@@ -77,6 +127,7 @@ def set_condition(
              "lastTransitionTime": since}
     if current is None:
         conditions.append(entry)
+        conditions.sort(key=lambda c: _ORDER.get(c["type"], len(_ORDER)))
     else:
         conditions[conditions.index(current)] = entry
     host.status = {**host.status, "conditions": conditions}
@@ -86,6 +137,33 @@ def set_condition(
         session.add(HostConditionChange(host=host.name, type=type, status=status, reason=reason,
                                         message=message, at=now))
     return True
+
+
+_ORDER = {READY: 0, REACHABLE: 1, APPLIED: 2, DRIFTED: 3}
+# (condition, the status that makes the host not Ready), in the order Ready reports them.
+_BLOCKERS = ((REACHABLE, "False"), (APPLIED, "False"), (DRIFTED, "True"))
+
+
+def ready_from(conditions: Sequence[Mapping[str, Any]]) -> tuple[ConditionStatus, str, str]:
+    """Ready = Reachable and Applied and not Drifted, as (status, reason, message).
+
+    Not Ready carries the first blocking condition's reason, so a listing says
+    why (LeaseExpired, Rejected, Drift...). Unknown until each of the three is known.
+    """
+    by_type = {c["type"]: c for c in conditions}
+    for type, blocking in _BLOCKERS:
+        c = by_type.get(type)
+        if c is not None and c["status"] == blocking:
+            return "False", c["reason"], f"{type}={blocking}: {c['message']}".rstrip(": ")
+    if all(type in by_type and by_type[type]["status"] != "Unknown" for type, _ in _BLOCKERS):
+        return "True", "Reconciled", ""
+    missing = [type for type, _ in _BLOCKERS if by_type.get(type, {}).get("status", "Unknown") == "Unknown"]
+    return "Unknown", "Reconciling", "not known yet: " + ", ".join(missing)
+
+
+def _settle_ready(session: Session, host: Host, now: datetime) -> None:
+    status, reason, message = ready_from(host.status.get("conditions", []))
+    set_condition(session, host, type=READY, status=status, reason=reason, message=message, now=now)
 
 
 def _store_topology(host: Host, topology: Topology, topology_hash: str) -> bool:
@@ -109,10 +187,11 @@ def register(
         host = Host(
             name=reg.name, uid=str(uuid.uuid4()), labels={}, reported_labels=reg.labels,
             address=reg.address, facts=facts, topology=None, topology_hash=None, boot_id=boot_id,
-            registered_at=now, last_heartbeat=now, lease_expires=expires, ready=False,
-            resource_version=version, status={}, applied_generations={},
+            registered_at=now, ready=False,
+            lease_expired=False, resource_version=version, status={}, applied_generations={},
         )
         session.add(host)
+        session.add(HostLease(name=reg.name, renew_time=now, expire_time=expires))
         events.record(session, kind=KIND, name=host.name, host=host.name, type="Normal",
                       reason="Registered", message=f"agent at {reg.address} registered", now=now)
     else:
@@ -122,8 +201,10 @@ def register(
         host.address = reg.address
         host.facts = facts
         host.boot_id = boot_id or host.boot_id
-        host.last_heartbeat = now
-        host.lease_expires = expires
+        session.merge(HostLease(name=host.name, renew_time=now, expire_time=expires))
+        host.lease_expired = False
+        # A restarted (perhaps upgraded) agent may accept what it refused before.
+        host.status = {k: v for k, v in host.status.items() if k != "refusedGenerations"}
         host.resource_version = version
         events.record(session, kind=KIND, name=host.name, host=host.name, type="Normal",
                       reason="Reregistered", message=f"agent at {reg.address} registered again",
@@ -135,8 +216,9 @@ def register(
         wanted = False
     else:
         wanted = host.topology is None or host.topology_hash != reg.topology_hash
-    set_condition(session, host, type=READY, status="True", reason="AgentRegistered", message="",
+    set_condition(session, host, type=REACHABLE, status="True", reason="AgentRegistered", message="",
                   now=now)
+    _settle_ready(session, host, now)
     request_reconcile(session, [host.name], "agent registered")
     session.commit()
     return host, wanted
@@ -156,24 +238,28 @@ def heartbeat(
 ) -> tuple[datetime, bool]:
     """Renew the lease; returns its new expiry and whether the topology is wanted.
 
-    The common case is one UPDATE. A host that was not Ready or came back with
-    a new boot id takes a second, ordinary write transaction: starting it after
-    the first commit keeps the lock order (counter first) of every other write.
+    The common case is one UPDATE. A host whose lease had expired or that came
+    back with a new boot id takes a second, ordinary write transaction:
+    starting it after the first commit keeps the lock order (counter first) of
+    every other write.
     """
     expires = now + timedelta(seconds=lease_duration_s)
     renewed = session.execute(
-        update(Host)
-        .where(Host.name == name)
-        .values(last_heartbeat=now, lease_expires=expires)
-        .returning(Host.topology_hash, Host.boot_id, Host.ready)
+        update(HostLease)
+        .where(HostLease.name == name)
+        .values(renew_time=now, expire_time=expires)
+        .returning(HostLease.name)
         .execution_options(synchronize_session=False)
     ).one_or_none()
+    known = session.execute(
+        select(Host.topology_hash, Host.boot_id, Host.lease_expired).where(Host.name == name)
+    ).one_or_none()
     session.commit()
-    if renewed is None:
+    if renewed is None or known is None:
         raise NotFound(KIND, name)
-    stored_hash, boot_id, ready = renewed
+    stored_hash, boot_id, lapsed = known
     rebooted = bool(beat.boot_id) and bool(boot_id) and beat.boot_id != boot_id
-    if rebooted or not ready:
+    if rebooted or lapsed:
         _revive(session, name, beat.boot_id if rebooted else None, now)
     return expires, stored_hash is None or stored_hash != beat.topology_hash
 
@@ -186,9 +272,12 @@ def _revive(session: Session, name: str, boot_id: str | None, now: datetime) -> 
         return
     if boot_id is not None:
         _rebooted(session, host, boot_id, now)
-    if set_condition(session, host, type=READY, status="True", reason="LeaseRenewed", message="",
-                     now=now):
-        # It was unreachable: whatever changed meanwhile must be looked at again.
+    if host.lease_expired:
+        host.lease_expired = False
+        set_condition(session, host, type=REACHABLE, status="True", reason="LeaseRenewed", message="",
+                      now=now)
+        _settle_ready(session, host, now)
+        # It was away: whatever changed meanwhile must be looked at again.
         request_reconcile(session, [name], "lease renewed")
     host.resource_version = version
     session.commit()
@@ -233,6 +322,8 @@ def delete(session: Session, name: str, now: datetime) -> Host:
     next_resource_version(session)
     host = _get(session, name)
     session.delete(host)
+    # Its name is free again: a reinstalled machine (a new key) may obtain a certificate for it.
+    session.execute(sa_delete(AgentIdentity).where(AgentIdentity.name == name))
     events.record(session, kind=KIND, name=name, host=name, type="Normal", reason="Removed",
                   message="host declared gone; profiles no longer wait for it", now=now)
     session.flush()
@@ -242,28 +333,56 @@ def delete(session: Session, name: str, now: datetime) -> Host:
     return host
 
 
+@dataclass(frozen=True)
+class StatusEvent:
+    """An event the reconciler records with a status write; about the host unless ``on_profile``."""
+
+    type: EventType
+    reason: str
+    message: str
+    profile: str | None = None
+    on_profile: bool = False
+
+
 def write_status(
     session: Session,
     name: str,
     *,
     now: datetime,
     devices: Sequence[DeviceSetting] | None = None,
-    applied_generations: dict[str, int] | None = None,
+    applied_generations: Mapping[str, int] | None = None,
     conditions: Sequence[tuple[str, ConditionStatus, str, str]] = (),
+    topology: tuple[Topology, str] | None = None,
+    fields: Mapping[str, Any] | None = None,
+    new_events: Sequence[StatusEvent] = (),
 ) -> Host:
-    """What the reconciler learned about a host. Not part of the HTTP API.
+    """What the reconciler learned about a host. Not part of the HTTP API; never touches spec.
 
-    ``conditions`` holds (type, status, reason, message). A profile whose
-    deletion waited only for this host is removed in the same transaction.
+    ``conditions`` holds (type, status, reason, message); Ready is derived from
+    them. ``fields`` are other status keys (a None value removes one).
+    ``topology`` is (topology, structure hash) as the agent reported it. A
+    profile whose deletion waited only for this host is removed in the same
+    transaction.
     """
     version = next_resource_version(session)
     host = _get(session, name)
     if devices is not None:
         host.status = {**host.status, "devices": [d.model_dump(mode="json") for d in devices]}
+    if fields:
+        merged = {**host.status, **fields}
+        host.status = {k: v for k, v in merged.items() if v is not None}
     if applied_generations is not None:
         host.applied_generations = dict(applied_generations)
+    if topology is not None and _store_topology(host, *topology):
+        events.record(session, kind=KIND, name=name, host=name, type="Normal", reason="TopologyChanged",
+                      message=f"topology {host.topology_hash}", now=now)
     for type, status, reason, message in conditions:
         set_condition(session, host, type=type, status=status, reason=reason, message=message, now=now)
+    _settle_ready(session, host, now)
+    for e in new_events:
+        kind, involved = ("StorageProfile", e.profile) if e.on_profile and e.profile else (KIND, name)
+        events.record(session, kind=kind, name=involved, host=name, profile=e.profile, type=e.type,
+                      reason=e.reason, message=e.message, now=now)
     host.resource_version = version
     session.flush()
     finalizers.release_finished(session, now)
@@ -272,16 +391,25 @@ def write_status(
 
 
 def expire_leases(session: Session, now: datetime) -> list[str]:
-    """Mark Ready=False the hosts whose lease ran out; for the reconciler's periodic pass."""
+    """Mark Reachable=False the hosts whose lease ran out; for the reconciler's periodic pass."""
+    overdue = (Host.lease_expired.is_(False), HostLease.expire_time < now)
+    # Looked up first in a read-only transaction so that an idle pass writes
+    # nothing (no resourceVersion churn); the write below takes the lock first.
+    any_due = session.scalars(select(HostLease.name).join(Host, Host.name == HostLease.name)
+                              .where(*overdue).limit(1)).first()
+    session.rollback()
+    if any_due is None:
+        return []
     version = next_resource_version(session)
-    lapsed = session.scalars(
-        select(Host).where(Host.ready.is_(True), Host.lease_expires < now).order_by(Host.name)
-    ).all()
-    for host in lapsed:
-        set_condition(session, host, type=READY, status="False", reason="LeaseExpired",
-                      message=f"no heartbeat since {host.last_heartbeat.isoformat()}", now=now)
+    lapsed = session.execute(select(Host, HostLease.renew_time).join(HostLease, Host.name == HostLease.name)
+                             .where(*overdue).order_by(Host.name)).all()
+    for host, renewed in lapsed:
+        host.lease_expired = True
+        set_condition(session, host, type=REACHABLE, status="False", reason="LeaseExpired",
+                      message=f"no heartbeat since {renewed.isoformat()}", now=now)
+        _settle_ready(session, host, now)
         host.resource_version = version
         events.record(session, kind=KIND, name=host.name, host=host.name, type="Warning",
                       reason="LeaseExpired", message="agent stopped renewing its lease", now=now)
     session.commit()
-    return [h.name for h in lapsed]
+    return [h.name for h, _ in lapsed]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -89,6 +90,22 @@ def list_profiles(
     version = current_resource_version(session)
     rows = session.scalars(select(Profile).order_by(Profile.name)).all()
     return [r for r in rows if label_selector is None or label_selector.matches(r.labels)], version
+
+
+def selecting(session: Session, labels: dict[str, str]) -> list[Profile]:
+    """Live profiles (not being deleted) whose hostSelector matches ``labels``, by name."""
+    rows = session.scalars(
+        select(Profile).where(Profile.deletion_timestamp.is_(None)).order_by(Profile.name)).all()
+    return [r for r in rows if (s := selector(r.spec)) is not None and s.matches(labels)]
+
+
+def being_deleted(session: Session, names: Iterable[str]) -> set[str]:
+    """Which of ``names`` are profiles waiting for their finalizer."""
+    wanted = set(names)
+    if not wanted:
+        return set()
+    return set(session.scalars(select(Profile.name).where(
+        Profile.name.in_(wanted), Profile.deletion_timestamp.is_not(None))).all())
 
 
 def _new_row(profile: StorageProfile, version: int, now: datetime) -> Profile:

@@ -158,3 +158,86 @@ class BenchmarkProgress(_message.Message):
     eta_seconds: int
     message: str
     def __init__(self, run_id: _Optional[str] = ..., state: _Optional[str] = ..., percent: _Optional[float] = ..., read_bytes_per_s: _Optional[float] = ..., write_bytes_per_s: _Optional[float] = ..., read_iops: _Optional[float] = ..., write_iops: _Optional[float] = ..., eta_seconds: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
+class StartBenchmarkRequest(_message.Message):
+    __slots__ = ("run_id", "spec_json")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_JSON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    spec_json: str
+    def __init__(self, run_id: _Optional[str] = ..., spec_json: _Optional[str] = ...) -> None: ...
+
+class StartBenchmarkResponse(_message.Message):
+    __slots__ = ("host", "run_id", "progress")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    host: HostInfo
+    run_id: str
+    progress: BenchmarkProgress
+    def __init__(self, host: _Optional[_Union[HostInfo, _Mapping]] = ..., run_id: _Optional[str] = ..., progress: _Optional[_Union[BenchmarkProgress, _Mapping]] = ...) -> None: ...
+
+class CancelBenchmarkRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class CancelBenchmarkResponse(_message.Message):
+    __slots__ = ("run_id", "cancelled", "progress")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    cancelled: bool
+    progress: BenchmarkProgress
+    def __init__(self, run_id: _Optional[str] = ..., cancelled: _Optional[bool] = ..., progress: _Optional[_Union[BenchmarkProgress, _Mapping]] = ...) -> None: ...
+
+class GetBenchmarkResultRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class GetBenchmarkResultResponse(_message.Message):
+    __slots__ = ("host", "progress", "result_json", "raw_files")
+    class RawFilesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RAW_FILES_FIELD_NUMBER: _ClassVar[int]
+    host: HostInfo
+    progress: BenchmarkProgress
+    result_json: str
+    raw_files: _containers.ScalarMap[str, str]
+    def __init__(self, host: _Optional[_Union[HostInfo, _Mapping]] = ..., progress: _Optional[_Union[BenchmarkProgress, _Mapping]] = ..., result_json: _Optional[str] = ..., raw_files: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class ForgetBenchmarkRequest(_message.Message):
+    __slots__ = ("run_id",)
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    def __init__(self, run_id: _Optional[str] = ...) -> None: ...
+
+class ForgetBenchmarkResponse(_message.Message):
+    __slots__ = ("forgotten",)
+    FORGOTTEN_FIELD_NUMBER: _ClassVar[int]
+    forgotten: bool
+    def __init__(self, forgotten: _Optional[bool] = ...) -> None: ...
+
+class CollectDiagnosticsRequest(_message.Message):
+    __slots__ = ("command_timeout_s",)
+    COMMAND_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    command_timeout_s: float
+    def __init__(self, command_timeout_s: _Optional[float] = ...) -> None: ...
+
+class DiagnosticsChunk(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...

@@ -64,6 +64,31 @@ class AgentServiceStub:
                 request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.WatchBenchmarkRequest.SerializeToString,
                 response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.BenchmarkProgress.FromString,
                 _registered_method=True)
+        self.StartBenchmark = channel.unary_unary(
+                '/stortune.api.agent.v1.AgentService/StartBenchmark',
+                request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartBenchmarkRequest.SerializeToString,
+                response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartBenchmarkResponse.FromString,
+                _registered_method=True)
+        self.CancelBenchmark = channel.unary_unary(
+                '/stortune.api.agent.v1.AgentService/CancelBenchmark',
+                request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CancelBenchmarkRequest.SerializeToString,
+                response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CancelBenchmarkResponse.FromString,
+                _registered_method=True)
+        self.GetBenchmarkResult = channel.unary_unary(
+                '/stortune.api.agent.v1.AgentService/GetBenchmarkResult',
+                request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetBenchmarkResultRequest.SerializeToString,
+                response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetBenchmarkResultResponse.FromString,
+                _registered_method=True)
+        self.ForgetBenchmark = channel.unary_unary(
+                '/stortune.api.agent.v1.AgentService/ForgetBenchmark',
+                request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkRequest.SerializeToString,
+                response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkResponse.FromString,
+                _registered_method=True)
+        self.CollectDiagnostics = channel.unary_stream(
+                '/stortune.api.agent.v1.AgentService/CollectDiagnostics',
+                request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CollectDiagnosticsRequest.SerializeToString,
+                response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.DiagnosticsChunk.FromString,
+                _registered_method=True)
 
 
 class AgentServiceServicer:
@@ -112,6 +137,43 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartBenchmark(self, request, context):
+        """Start a benchmark run (checked at once, run in the background; one at a
+        time per host, and applies wait while it runs).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CancelBenchmark(self, request, context):
+        """Stop a run: fio is killed, what finished is kept.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetBenchmarkResult(self, request, context):
+        """A run's state and, once it ended, its result and fio's raw output.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ForgetBenchmark(self, request, context):
+        """Delete a run the control plane has stored (the agent keeps runs until then).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CollectDiagnostics(self, request, context):
+        """A support bundle of this host (tar.gz, not redacted: the control plane
+        adds its own files and redacts the whole), in chunks.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -144,6 +206,31 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.WatchBenchmark,
                     request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.WatchBenchmarkRequest.FromString,
                     response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.BenchmarkProgress.SerializeToString,
+            ),
+            'StartBenchmark': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartBenchmark,
+                    request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartBenchmarkRequest.FromString,
+                    response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartBenchmarkResponse.SerializeToString,
+            ),
+            'CancelBenchmark': grpc.unary_unary_rpc_method_handler(
+                    servicer.CancelBenchmark,
+                    request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CancelBenchmarkRequest.FromString,
+                    response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CancelBenchmarkResponse.SerializeToString,
+            ),
+            'GetBenchmarkResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBenchmarkResult,
+                    request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetBenchmarkResultRequest.FromString,
+                    response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetBenchmarkResultResponse.SerializeToString,
+            ),
+            'ForgetBenchmark': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForgetBenchmark,
+                    request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkRequest.FromString,
+                    response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkResponse.SerializeToString,
+            ),
+            'CollectDiagnostics': grpc.unary_stream_rpc_method_handler(
+                    servicer.CollectDiagnostics,
+                    request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CollectDiagnosticsRequest.FromString,
+                    response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.DiagnosticsChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -308,6 +395,141 @@ class AgentService:
             '/stortune.api.agent.v1.AgentService/WatchBenchmark',
             stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.WatchBenchmarkRequest.SerializeToString,
             stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.BenchmarkProgress.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartBenchmark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stortune.api.agent.v1.AgentService/StartBenchmark',
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartBenchmarkRequest.SerializeToString,
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartBenchmarkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CancelBenchmark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stortune.api.agent.v1.AgentService/CancelBenchmark',
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CancelBenchmarkRequest.SerializeToString,
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CancelBenchmarkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBenchmarkResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stortune.api.agent.v1.AgentService/GetBenchmarkResult',
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetBenchmarkResultRequest.SerializeToString,
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetBenchmarkResultResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForgetBenchmark(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stortune.api.agent.v1.AgentService/ForgetBenchmark',
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkRequest.SerializeToString,
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CollectDiagnostics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/stortune.api.agent.v1.AgentService/CollectDiagnostics',
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CollectDiagnosticsRequest.SerializeToString,
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.DiagnosticsChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from datetime import datetime
+from typing import Annotated
 
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+from sqlalchemy.orm import Session, sessionmaker
+
+from stortune.server.api.audit import not_audited, note_resource
 from stortune.server.api.deps import HostName, NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
+from stortune.server.api.security import Authorized
+from stortune.server.auth import Permission, Principal
+from stortune.server.errors import Cause, Conflict, Invalid
 from stortune.server.models.agents import (
+    CertificateIssued,
+    CertificateRequest,
     Heartbeat,
     HeartbeatAccepted,
     Registration,
@@ -15,31 +26,77 @@ from stortune.server.models.agents import (
     TopologyUpload,
 )
 from stortune.server.services import hosts
+from stortune.server.services.agent_pki import AgentPki, PkiRefusal
 
 router = APIRouter(prefix="/agents", tags=["agents"])
+
+# The agents' bootstrap token (role agent) may make these calls and nothing else.
+# Registration and topology uploads are audited: they decide which address the
+# control plane dials for a host and what it plans there. Heartbeats are not:
+# they are no one's action, and every agent sends one every few seconds.
+Agent = Annotated[Principal, Authorized(Permission.REPORT_AS_AGENT)]
 
 
 @router.post("/register")
 def register(
-    body: Registration, session: SessionDep, settings: SettingsDep, now: NowDep
+    *, who: Agent, body: Registration, session: SessionDep, settings: SettingsDep, now: NowDep,
+    request: Request,
 ) -> RegistrationAccepted:
     """Create or refresh the host. Reported labels are kept apart from API-set ones, which win."""
+    note_resource(request, f"hosts/{body.name}")
     host, wanted = hosts.register(session, body, lease_duration_s=settings.lease_duration_s, now=now)
     return RegistrationAccepted(name=host.name, heartbeat_interval_s=settings.heartbeat_interval_s,
                                 lease_duration_s=settings.lease_duration_s, topology_wanted=wanted)
 
 
 @router.post("/{name}/heartbeat", responses=NOT_FOUND)
-def heartbeat(
-    name: HostName, body: Heartbeat, session: SessionDep, settings: SettingsDep, now: NowDep,
+@not_audited
+async def heartbeat(
+    *, who: Agent, name: HostName, body: Heartbeat, request: Request, settings: SettingsDep, now: NowDep,
 ) -> HeartbeatAccepted:
     """Renew the lease. 404 means: register again."""
-    expires, wanted = hosts.heartbeat(session, name, body, lease_duration_s=settings.lease_duration_s,
-                                      now=now)
+    # The hottest call (every agent, every few seconds): one trip to the threadpool
+    # for the whole database part, instead of one for the session and one for the route.
+    sessions: sessionmaker[Session] = request.app.state.sessions
+
+    def renew() -> tuple[datetime, bool]:
+        with sessions() as session:
+            return hosts.heartbeat(session, name, body, lease_duration_s=settings.lease_duration_s,
+                                   now=now)
+
+    expires, wanted = await run_in_threadpool(renew)
     return HeartbeatAccepted(lease_expires=expires, topology_wanted=wanted)
 
 
 @router.put("/{name}/topology", responses=NOT_FOUND)
-def put_topology(name: HostName, body: TopologyUpload, session: SessionDep, now: NowDep) -> TopologyAccepted:
+def put_topology(
+    who: Agent, name: HostName, body: TopologyUpload, session: SessionDep, now: NowDep
+) -> TopologyAccepted:
     host, changed = hosts.store_topology(session, name, body, now)
     return TopologyAccepted(name=host.name, topology_hash=host.topology_hash or "", changed=changed)
+
+
+@router.post("/certificate", responses={409: {"description": "plaintext control plane, or the name "
+                                                          "belongs to another agent's key"}})
+def issue_certificate(
+    *, who: Agent, body: CertificateRequest, request: Request, session: SessionDep, now: NowDep,
+) -> CertificateIssued:
+    """Sign the agent's CSR: a server certificate naming the host it registers as.
+
+    The first key to ask for a name keeps it: another key asking for the same
+    name is refused (409) until an admin deletes the host.
+    """
+    note_resource(request, f"hosts/{body.name}")
+    pki: AgentPki | None = request.app.state.agent_pki
+    if pki is None:
+        raise Conflict("this control plane dials its agents in plaintext (--insecure) and issues no "
+                       "certificates; run the agent with --insecure too")
+    try:
+        cert, expires = pki.issue(session, body.name, body.csr.encode(), now)
+    except PkiRefusal as exc:
+        if exc.field:
+            raise Invalid([Cause(exc.field, exc.message)], kind="CertificateRequest",
+                          name=body.name) from None
+        raise Conflict(exc.message, kind="Host", name=body.name) from None
+    return CertificateIssued(name=body.name, certificate=cert.decode(), ca=pki.ca_pem.decode(),
+                             expires=expires)

@@ -4,46 +4,81 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request, Response
 
 from stortune.server.api import label_selector
-from stortune.server.api.deps import HostName, NowDep, SessionDep
+from stortune.server.api.deps import NowDep, SessionDep
 from stortune.server.api.openapi import NOT_FOUND
-from stortune.server.models.hosts import HostDocument, HostList, HostStatus, LabelsMerge, LabelsReplace
+from stortune.server.api.rendered import respond
+from stortune.server.api.security import Authorized, VisibleHostName
+from stortune.server.auth import Permission, Principal
+from stortune.server.models.hosts import (
+    HostDocument,
+    HostLease,
+    HostList,
+    HostStatus,
+    LabelsMerge,
+    LabelsReplace,
+)
 from stortune.server.models.meta import ListMeta, format_resource_version
 from stortune.server.services import hosts
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 
 Selector = Annotated[str | None, Query(alias="labelSelector", max_length=4096)]
+# Reads by a support token reach only the hosts its selector matches (VisibleHostName).
+Reader = Annotated[Principal, Authorized(Permission.READ_HOSTS)]
+Labeller = Annotated[Principal, Authorized(Permission.LABEL_HOSTS)]
+Remover = Annotated[Principal, Authorized(Permission.DELETE_HOSTS)]
 
 
-@router.get("")
-def list_hosts(session: SessionDep, selector: Selector = None) -> HostList:
-    rows, version = hosts.list_hosts(session, label_selector.parse(selector))
-    return HostList(metadata=ListMeta(resourceVersion=format_resource_version(version)),
-                    items=[HostDocument.from_row(r) for r in rows])
+# The GETs below answer from encoded bodies kept until the next write (api/rendered.py),
+# with an ETag for If-None-Match.
+@router.get("", response_model=HostList)
+def list_hosts(who: Reader, request: Request, session: SessionDep, selector: Selector = None) -> Response:
+    parsed = label_selector.parse(selector)  # a bad selector is a 400 before any lookup
+
+    def render() -> bytes:
+        rows, version = hosts.list_hosts(session, parsed)
+        return HostList(metadata=ListMeta(resourceVersion=format_resource_version(version)),
+                        items=[HostDocument.from_row(r) for r in rows
+                               if who.may_see_host(r.effective_labels)]).model_dump_json().encode()
+
+    scope = who.hosts.model_dump_json() if who.hosts is not None else ""
+    return respond(request, session, ("hosts", selector or "", scope), render)
 
 
-@router.get("/{name}", responses=NOT_FOUND)
-def get_host(name: HostName, session: SessionDep) -> HostDocument:
-    return HostDocument.from_row(hosts.get(session, name))
+@router.get("/{name}", response_model=HostDocument, responses=NOT_FOUND)
+def get_host(who: Reader, name: VisibleHostName, request: Request, session: SessionDep) -> Response:
+    def render() -> bytes:
+        return HostDocument.from_row(hosts.get(session, name, with_topology=False)).model_dump_json().encode()
+
+    return respond(request, session, ("host", name), render)
 
 
-@router.get("/{name}/status", responses=NOT_FOUND)
-def get_host_status(name: HostName, session: SessionDep) -> HostStatus:
-    return HostStatus.from_row(hosts.get(session, name))
+@router.get("/{name}/status", response_model=HostStatus, responses=NOT_FOUND)
+def get_host_status(who: Reader, name: VisibleHostName, request: Request, session: SessionDep) -> Response:
+    def render() -> bytes:
+        return HostStatus.from_row(hosts.get(session, name, with_topology=False)).model_dump_json().encode()
+
+    return respond(request, session, ("status", name), render)
+
+
+@router.get("/{name}/lease", responses=NOT_FOUND)
+def get_host_lease(who: Reader, name: VisibleHostName, session: SessionDep) -> HostLease:
+    """When the agent last renewed its lease and when it runs out (changes with every heartbeat)."""
+    return HostLease.from_row(*hosts.lease(session, name))
 
 
 @router.get("/{name}/topology", responses=NOT_FOUND)
-def get_host_topology(name: HostName, session: SessionDep) -> dict[str, Any] | None:
+def get_host_topology(who: Reader, name: VisibleHostName, session: SessionDep) -> dict[str, Any] | None:
     """The Topology the agent last reported (null until it has)."""
     return hosts.get(session, name).topology
 
 
 @router.put("/{name}/labels", responses=NOT_FOUND)
 def replace_host_labels(
-    name: HostName, body: LabelsReplace, session: SessionDep, now: NowDep
+    who: Labeller, name: VisibleHostName, body: LabelsReplace, session: SessionDep, now: NowDep
 ) -> HostDocument:
     """Set the API labels. They win over labels the agent reports for the same key."""
     return HostDocument.from_row(hosts.set_labels(session, name, dict(body.labels), merge=False, now=now))
@@ -51,13 +86,13 @@ def replace_host_labels(
 
 @router.patch("/{name}/labels", responses=NOT_FOUND)
 def merge_host_labels(
-    name: HostName, body: LabelsMerge, session: SessionDep, now: NowDep
+    who: Labeller, name: VisibleHostName, body: LabelsMerge, session: SessionDep, now: NowDep
 ) -> HostDocument:
     """Merge into the API labels; a null value removes the key."""
     return HostDocument.from_row(hosts.set_labels(session, name, body.labels, merge=True, now=now))
 
 
 @router.delete("/{name}", responses=NOT_FOUND)
-def delete_host(name: HostName, session: SessionDep, now: NowDep) -> HostDocument:
+def delete_host(who: Remover, name: VisibleHostName, session: SessionDep, now: NowDep) -> HostDocument:
     """Declare the host gone: profiles being deleted stop waiting for it."""
     return HostDocument.from_row(hosts.delete(session, name, now))

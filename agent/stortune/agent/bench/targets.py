@@ -1,0 +1,164 @@
+"""Find a spec's target on this host and decide whether it may be written.
+
+A device target is the one device the spec's ``match`` selects (the same
+matcher as profile rules). A file target lives on a mounted filesystem; the
+device holding it is found through mountinfo, so its stack can be sampled.
+
+Safety: a workload that writes to a raw device needs ``allowDestructive`` and
+a device that is not mounted, has no holders and no partitions, is not
+read-only and carries no filesystem, RAID, LVM, LUKS or partition-table
+signature (read from its first and last bytes). Every reason is reported at
+once. Reads are allowed anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from stortune.agent import procfs
+from stortune.agent.bench.errors import BenchmarkError, UnsafeTargetError
+from stortune.agent.bench.signatures import detect, read_edges
+from stortune.agent.kernelfs import KernelFS
+from stortune.schemas.bench.fiojob import FioTarget
+from stortune.schemas.bench.results import TargetInfo
+from stortune.schemas.bench.spec import BenchmarkSpec
+from stortune.schemas.bench.steps import TargetFacts, WorkloadStep
+from stortune.schemas.bench.target import Beneath, beneath, facts
+from stortune.schemas.matching import mismatch
+from stortune.schemas.profile import Match
+from stortune.schemas.topology import Device, DeviceKind, Topology
+
+
+@dataclass(frozen=True)
+class ResolvedTarget:
+    info: TargetInfo
+    fio: FioTarget
+    device: Device | None  # the target device, or the one holding the file
+    beneath: list[Beneath]  # what the sampler watches
+    node: Path  # device node or file path
+    existed: bool  # file targets: was there before the run
+
+    @property
+    def is_file(self) -> bool:
+        return self.info.kind == "file"
+
+
+def resolve(fs: KernelFS, spec: BenchmarkSpec, topology: Topology) -> ResolvedTarget:
+    target = spec.spec.target
+    if target.device is not None:
+        return _device(fs, target.device, topology)
+    assert target.file is not None
+    return _file(fs, target.file.path, target.file.size, topology)
+
+
+def _device(fs: KernelFS, match: Match, topology: Topology) -> ResolvedTarget:
+    chosen = [d for d in topology.devices if d.kind is not DeviceKind.HOST and mismatch(match, d) is None]
+    if not chosen:
+        raise BenchmarkError(f"spec.target.device matches none of the {len(topology.devices)} devices"
+                             " on this host (stortune-agent topology lists them)")
+    if len(chosen) > 1:
+        names = ", ".join(d.name for d in chosen[:8]) + (" ..." if len(chosen) > 8 else "")
+        raise BenchmarkError(f"spec.target.device matches {len(chosen)} devices ({names}); a benchmark"
+                             " runs on exactly one: narrow the match, e.g. name: [...]")
+    dev = chosen[0]
+    node = fs.device_node(dev.name)
+    if not node.exists():
+        raise BenchmarkError(f"{dev.name}: device node {node} does not exist")
+    try:
+        size = dev.size_bytes or _size_of(node)
+    except OSError as exc:
+        raise BenchmarkError(f"cannot open {node}: {exc.strerror}") from None
+    info = TargetInfo(kind="device", path=str(node), device=dev.name, device_id=dev.id,
+                      size_bytes=size, facts=facts(topology, dev.name))
+    return ResolvedTarget(info, FioTarget(str(node), size), dev, beneath(topology, dev.name), node,
+                          existed=True)
+
+
+def _size_of(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.lseek(fd, 0, os.SEEK_END)
+    finally:
+        os.close(fd)
+
+
+def _holding_device(fs: KernelFS, path: str, topology: Topology) -> Device | None:
+    """The block device of the filesystem holding ``path``: the longest mountpoint containing it."""
+    mounts, _ = procfs.parse_mountinfo(fs.read_table("self/mountinfo") or "")
+    best: procfs.MountInfo | None = None
+    for m in mounts:
+        mp = m.mountpoint.rstrip("/") or "/"
+        inside = path == mp or path.startswith(mp if mp == "/" else mp + "/")
+        if inside and (best is None or len(mp) >= len(best.mountpoint.rstrip("/") or "/")):
+            best = m  # later mounts over the same point win, as in the kernel
+    if best is None:
+        return None
+    return next((d for d in topology.devices if d.devno == best.devno), None)
+
+
+def _file(fs: KernelFS, raw: str, size: int, topology: Topology) -> ResolvedTarget:
+    given = Path(raw)
+    parent = Path(os.path.realpath(given.parent))
+    if not parent.is_dir():
+        raise BenchmarkError(f"spec.target.file.path: directory {given.parent} does not exist")
+    path = parent / given.name
+    for root in (fs.dev, fs.sysfs, fs.procfs):
+        real_root = Path(os.path.realpath(root))
+        if path == real_root or real_root in path.parents:
+            raise BenchmarkError(f"spec.target.file.path {raw} resolves into {root}; a file target"
+                                 " must be on a mounted filesystem")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        existed = False
+    else:
+        if not stat.S_ISREG(st.st_mode):
+            raise BenchmarkError(f"spec.target.file.path {path} exists and is not a regular file;"
+                                 " give a new path or a regular file")
+        existed = True
+    holder = _holding_device(fs, str(path), topology)
+    base = facts(topology, holder.name) if holder is not None else TargetFacts()
+    target_facts = TargetFacts(kind="file", drives=base.drives, rotational=base.rotational,
+                               size_bytes=size)
+    info = TargetInfo(kind="file", path=str(path), device=holder.name if holder else None,
+                      device_id=holder.id if holder else None, size_bytes=size, facts=target_facts)
+    below = beneath(topology, holder.name) if holder is not None else []
+    return ResolvedTarget(info, FioTarget(str(path), size, is_file=True), holder, below, path,
+                          existed=existed)
+
+
+def check_safety(resolved: ResolvedTarget, steps: Sequence[WorkloadStep], allow_destructive: bool) -> None:
+    """Raise UnsafeTargetError with every reason a write workload may not run here."""
+    writing = [s.name for s in steps if s.writes]
+    if not writing:
+        return
+    shown = ", ".join(writing[:4]) + (" ..." if len(writing) > 4 else "")
+    if resolved.is_file:
+        if resolved.existed and not allow_destructive:
+            raise UnsafeTargetError(resolved.info.path, [
+                f"the file exists and {shown} would overwrite it; set allowDestructive: true,"
+                " or give a path that does not exist yet"])
+        return
+    dev = resolved.device
+    assert dev is not None
+    reasons: list[str] = []
+    if not allow_destructive:
+        reasons.append(f"allowDestructive is not true and {shown} write to the raw device,"
+                       " destroying its contents")
+    if dev.read_only:
+        reasons.append(f"{dev.name} is read-only")
+    reasons += [f"{dev.name} is mounted at {m.mountpoint} ({m.fstype})" for m in dev.mounts]
+    if dev.holders:
+        reasons.append(f"{dev.name} has holders {', '.join(dev.holders)} (something is built on it)")
+    if dev.partitions:
+        reasons.append(f"{dev.name} has partitions {', '.join(dev.partitions)}")
+    try:
+        reasons += [f"{dev.name} carries a {sig}" for sig in detect(read_edges(resolved.node))]
+    except OSError as exc:
+        reasons.append(f"cannot read {resolved.node} to look for signatures: {exc.strerror}")
+    if reasons:
+        raise UnsafeTargetError(str(resolved.node), reasons)

@@ -1,0 +1,3 @@
+from stortune.cli.main import main
+
+raise SystemExit(main())

@@ -1,0 +1,366 @@
+"""The BenchmarkSpec document (apiVersion stortune/v1): what to run, where, and what passes.
+
+A spec names one target (a device chosen with the same ``match`` as profile
+rules, or a file on a mounted filesystem), one or more workloads (a preset by
+name, or an explicit fio-like workload) and optional thresholds that turn the
+measurements into a pass/fail verdict. Quantities are written the way people
+write them (``1M``, ``30s``, ``386MB/s``, ``20ms``; see ``units``) and held in
+canonical units, so ``document()`` round-trips through ``parse_benchmark``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+
+from stortune.schemas.bench import metrics, presets, units
+from stortune.schemas.bench.presets import Overrides, PresetName
+from stortune.schemas.bench.steps import (
+    WRITING_PATTERNS,
+    IoEngine,
+    Pattern,
+    SplitEntry,
+    TargetFacts,
+    WorkloadStep,
+)
+from stortune.schemas.documents import DocumentError, Problem, validation_problems
+from stortune.schemas.profile import API_VERSION, LabelSelector, Match, Metadata
+
+KIND = "BenchmarkSpec"
+_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_NAME = re.compile(_NAME_PATTERN)
+_SIZE_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*[kKmMgGtTpP]?[iI]?[bB]?\s*$"
+_TIME_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*(ns|us|µs|ms|s|sec|m|min|h)?\s*$"
+#: Device nodes and kernel trees are never a file target.
+_SYSTEM_TREES = ("/dev", "/proc", "/sys")
+
+Size = Annotated[
+    int,
+    BeforeValidator(units.parse_size),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": _SIZE_TEXT}],
+                    "description": "Bytes, or binary units: 4k, 64KiB, 1M, 1GiB"}),
+]
+Duration = Annotated[
+    float,
+    BeforeValidator(units.parse_duration),
+    WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": _TIME_TEXT}],
+                    "description": "Seconds, or with a unit: 500ms, 30s, 2m, 1h"}),
+]
+_Threshold = Annotated[
+    float | None,
+    WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}],
+                    "description": "In the metric's unit: 386MB/s, 25k, 20ms, 35%; a bare number is"
+                                   " bytes/s, IO/s, microseconds or percent"}),
+]
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _check_name(value: str, what: str) -> str:
+    if not _NAME.fullmatch(value):
+        raise ValueError(f"{what} {value!r} must be a DNS label (a-z, 0-9, '-', at most 63)")
+    return value
+
+
+class FileTarget(_Doc):
+    path: str = Field(description="Absolute path of the file to create (or reuse) on a mounted filesystem")
+    size: Size = Field(gt=0, description="How large the file is made")
+    keep: bool = Field(default=False, description="Keep the file after the run (default: remove"
+                                                  " a file the run created)")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if not v.startswith("/") or any(c in v for c in "\x00\n\r"):
+            raise ValueError(f"{v!r} must be an absolute path without NUL or newlines")
+        parts = v.split("/")
+        if ".." in parts or v.endswith("/"):
+            raise ValueError(f"{v!r} must name a file, without '..' components")
+        if any(v == t or v.startswith(t + "/") for t in _SYSTEM_TREES):
+            raise ValueError(f"{v!r} is under {', '.join(_SYSTEM_TREES)}; to benchmark a device,"
+                             " use target.device with a match")
+        return v
+
+
+class Target(_Doc):
+    device: Match | None = Field(default=None, description="The one device to benchmark, chosen like"
+                                                           " a profile rule's match")
+    file: FileTarget | None = None
+
+    @model_validator(mode="after")
+    def _one(self) -> Target:
+        if (self.device is None) == (self.file is None):
+            raise ValueError("give exactly one of device (a match) or file {path, size}")
+        return self
+
+
+def _split(value: object) -> object:
+    """'4k/50:64k/50' (fio's bssplit) -> [{size, percent}, ...]; lists pass through."""
+    if not isinstance(value, str):
+        return value
+    out = []
+    for part in value.split(":"):
+        size, sep, pct = part.partition("/")
+        if not sep:
+            raise ValueError(f"{part!r} in {value!r} is not SIZE/PERCENT (4k/50:64k/50)")
+        out.append({"size": size, "percent": pct})
+    return out
+
+
+class SplitItem(_Doc):
+    size: Size = Field(gt=0)
+    percent: int = Field(ge=0, le=100)
+
+
+class Workload(_Doc):
+    """An explicit workload; fio's option names in camelCase."""
+
+    name: str = Field(json_schema_extra={"pattern": _NAME_PATTERN})
+    pattern: Pattern
+    rwmixread: int | None = Field(default=None, ge=0, le=100,
+                                  description="Percent reads of rw/randrw (default 50)")
+    blockSize: Size | None = Field(default=None, gt=0, description="Default 4k")
+    blockSizeSplit: Annotated[list[SplitItem] | None, BeforeValidator(_split)] = Field(
+        default=None, description="Block sizes with their share: 4k/50:64k/50 or a list")
+    iodepth: int = Field(default=1, ge=1, le=65536)
+    numjobs: int = Field(default=1, ge=1, le=1024)
+    direct: bool = Field(default=True, description="O_DIRECT; false for buffered I/O")
+    ioengine: IoEngine | None = Field(default=None, description="Default libaio, psync when buffered")
+    size: Size | None = Field(default=None, gt=0, description="Bytes per job; default the whole target")
+    runtime: Duration | None = Field(default=None, gt=0, description="Run this long (time based)")
+    rampTime: Duration = Field(default=0.0, ge=0)
+    repeats: int | None = Field(default=None, ge=1, le=100)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        return _check_name(v, "workload name")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Workload:
+        if self.rwmixread is not None and self.pattern not in ("rw", "randrw"):
+            raise ValueError(f"rwmixread applies to rw and randrw, not {self.pattern}")
+        if self.blockSize is not None and self.blockSizeSplit is not None:
+            raise ValueError("give blockSize or blockSizeSplit, not both")
+        if self.blockSizeSplit is not None and sum(e.percent for e in self.blockSizeSplit) != 100:
+            raise ValueError("blockSizeSplit percentages must add up to 100")
+        if self.iodepth > 1 and self.ioengine in ("psync", "sync", "pvsync2"):
+            raise ValueError(f"iodepth {self.iodepth} needs an asynchronous ioengine"
+                             f" (libaio, io_uring); {self.ioengine} has one I/O in flight")
+        return self
+
+    def step(self, repeats: int) -> WorkloadStep:
+        mixed = self.pattern in ("rw", "randrw")
+        split = ([SplitEntry(size=e.size, percent=e.percent) for e in self.blockSizeSplit]
+                 if self.blockSizeSplit else None)
+        return WorkloadStep(
+            name=self.name, workload=self.name, phase=self.pattern, pattern=self.pattern,
+            rwmixread=(50 if self.rwmixread is None else self.rwmixread) if mixed else None,
+            block_size=None if split else (self.blockSize or 4096), block_size_split=split,
+            iodepth=self.iodepth, numjobs=self.numjobs, direct=self.direct,
+            ioengine=self.ioengine or ("libaio" if self.direct else "psync"), size=self.size,
+            runtime=self.runtime, time_based=self.runtime is not None, ramp_time=self.rampTime,
+            repeats=self.repeats or repeats,
+            end_fsync=self.pattern in WRITING_PATTERNS and not self.direct,
+        )
+
+
+class PresetRef(_Doc):
+    """A preset by name, with what this spec changes about it."""
+
+    preset: PresetName = Field(description="; ".join(f"{k}: {v}" for k, v in presets.DESCRIPTIONS.items()))
+    name: str | None = Field(default=None, description="Step-name prefix (default: the preset's name)",
+                             json_schema_extra={"pattern": _NAME_PATTERN})
+    size: Size | None = Field(default=None, gt=0, description="Bytes per job")
+    runtime: Duration | None = Field(default=None, gt=0)
+    rampTime: Duration | None = Field(default=None, ge=0)
+    direct: bool | None = None
+    repeats: int | None = Field(default=None, ge=1, le=100)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        return None if v is None else _check_name(v, "workload name")
+
+    @property
+    def label(self) -> str:
+        return self.name or self.preset
+
+    def steps(self, facts: TargetFacts, repeats: int) -> list[WorkloadStep]:
+        ov = Overrides(size=self.size, runtime=self.runtime, ramp_time=self.rampTime,
+                       direct=self.direct, repeats=self.repeats or repeats)
+        return presets.expand(self.preset, self.label, ov, facts)
+
+
+def _workload_kind(value: Any) -> str:
+    if isinstance(value, PresetRef) or (isinstance(value, dict) and "preset" in value):
+        return "preset"
+    return "workload"
+
+
+WorkloadItem = Annotated[
+    Annotated[PresetRef, Tag("preset")] | Annotated[Workload, Tag("workload")],
+    Discriminator(_workload_kind),
+]
+
+
+class Threshold(_Doc):
+    """A bound on one metric's mean over the repeats of the steps named by ``step``."""
+
+    metric: str = Field(json_schema_extra={"enum": list(metrics.METRICS)})
+    step: str = Field(default="*", description="Glob over step names: seq-1m/read, iozone-seq/t10/*")
+    min: _Threshold = None
+    max: _Threshold = None
+
+    @field_validator("metric")
+    @classmethod
+    def _metric(cls, v: str) -> str:
+        metrics.get(v)
+        return v
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _value(cls, v: object, info: ValidationInfo) -> float | None:
+        if v is None:
+            return None
+        name = info.data.get("metric")
+        if name is None:
+            raise ValueError("cannot read the bound without a valid metric")
+        return metrics.get(name).parse(v)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Threshold:
+        if self.min is None and self.max is None:
+            raise ValueError("give min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min is larger than max")
+        return self
+
+    def describe(self) -> str:
+        metric = metrics.get(self.metric)
+        bounds = [f">= {metric.human(self.min)}" if self.min is not None else "",
+                  f"<= {metric.human(self.max)}" if self.max is not None else ""]
+        return f"{self.metric} {' and '.join(b for b in bounds if b)} ({self.step})"
+
+
+class BenchmarkSpecBody(_Doc):
+    hostSelector: LabelSelector | None = Field(
+        default=None, description="Hosts to run on (used by the control plane)")
+    target: Target
+    allowDestructive: bool = Field(
+        default=False, description="Allow write workloads on a raw device, destroying its contents")
+    workloads: list[WorkloadItem] = Field(min_length=1, max_length=64)
+    repeats: int = Field(default=1, ge=1, le=100, description="Runs of each step (for mean and spread)")
+    thresholds: list[Threshold] = Field(default_factory=list, max_length=256)
+
+    def steps(self, facts: TargetFacts) -> list[WorkloadStep]:
+        """Every step of every workload, in the order written."""
+        out: list[WorkloadStep] = []
+        for item in self.workloads:
+            if isinstance(item, PresetRef):
+                out.extend(item.steps(facts, self.repeats))
+            else:
+                out.append(item.step(self.repeats))
+        return out
+
+    @model_validator(mode="after")
+    def _coherent(self) -> BenchmarkSpecBody:
+        steps = self.steps(TargetFacts())
+        seen: set[str] = set()
+        for step in steps:
+            if step.name in seen:
+                raise ValueError(f"step {step.name!r} appears twice: give repeated presets"
+                                 " distinct names (name: ...)")
+            seen.add(step.name)
+        for index, threshold in enumerate(self.thresholds):
+            if not any(fnmatch.fnmatchcase(s.name, threshold.step) for s in steps):
+                raise ValueError(f"thresholds[{index}].step {threshold.step!r} matches no step;"
+                                 f" steps are {', '.join(sorted(seen))}")
+        if self.target.device is not None and not self.allowDestructive:
+            writing = [s.name for s in steps if s.writes]
+            if writing:
+                raise ValueError(
+                    f"allowDestructive is not true, but {', '.join(writing[:4])}"
+                    f"{' ...' if len(writing) > 4 else ''} write to the raw device, destroying"
+                    " its contents: set allowDestructive: true, or benchmark a file target")
+        return self
+
+
+class BenchmarkSpec(_Doc):
+    apiVersion: Literal["stortune/v1"] = "stortune/v1"
+    kind: Literal["BenchmarkSpec"] = "BenchmarkSpec"
+    metadata: Metadata
+    spec: BenchmarkSpecBody
+    status: SkipJsonSchema[dict[str, Any] | None] = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def steps(self, facts: TargetFacts) -> list[WorkloadStep]:
+        return self.spec.steps(facts)
+
+    def document(self) -> dict[str, Any]:
+        """Canonical JSON form (quantities in canonical units); parses back to an equal spec."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# -- reading -------------------------------------------------------------------------
+_TAGS = ("preset", "workload")
+
+
+def _problems(exc: ValidationError, where: str) -> list[Problem]:
+    """validation_problems, without the union tag pydantic puts after ``workloads[i]``."""
+    out = []
+    for problem in validation_problems(exc, where):
+        path = problem.path
+        for tag in _TAGS:
+            path = re.sub(rf"(workloads\[\d+\])\.{tag}(?=\.|$)", r"\1", path, count=1)
+        out.append(Problem(problem.where, path, problem.message))
+    return out
+
+
+def parse_benchmark(data: Any, where: str = "document") -> BenchmarkSpec:
+    if not isinstance(data, dict):
+        raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
+    kind, api = data.get("kind"), data.get("apiVersion")
+    if kind != KIND:
+        raise DocumentError([Problem(where, "kind", f"{kind!r} is not a {KIND} document")])
+    if api != API_VERSION:
+        raise DocumentError([Problem(where, "apiVersion", f"{api!r}; expected {API_VERSION!r}")])
+    try:
+        return BenchmarkSpec.model_validate(data)
+    except ValidationError as exc:
+        meta = data.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        raise DocumentError(_problems(exc, f"{where} ({KIND}/{name})" if name else where)) from None
+
+
+def load_benchmark(text: str, source: str = "<input>") -> BenchmarkSpec:
+    """The one BenchmarkSpec in a YAML (or JSON) text."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise DocumentError([Problem(source, "", f"not valid YAML: {exc}")]) from None
+    if len(docs) != 1:
+        raise DocumentError([Problem(source, "", f"expected one {KIND} document, found {len(docs)}")])
+    return parse_benchmark(docs[0], source)

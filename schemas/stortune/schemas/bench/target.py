@@ -1,0 +1,84 @@
+"""The target's place in the device graph: what lies beneath it and how many drives.
+
+Pure functions of a discovered ``Topology``: the agent uses them to choose the
+devices it samples during a run, and preset expansion uses ``facts`` to scale
+outstanding I/Os with an array's member drives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from stortune.schemas.bench.steps import TargetFacts
+from stortune.schemas.topology import Device, DeviceKind, Topology
+
+Relation = Literal["target", "md-member", "mpath-path", "lvm-pv", "crypt-backing", "slave", "disk"]
+
+
+@dataclass(frozen=True)
+class Beneath:
+    device: str
+    relation: Relation
+    #: The device right above (None for the target itself).
+    above: str | None = None
+
+
+def _slave_relation(upper: Device) -> Relation:
+    if upper.md is not None:
+        return "md-member"
+    if upper.dm is not None:
+        return {"multipath": "mpath-path", "lvm": "lvm-pv", "crypt": "crypt-backing"}.get(
+            upper.dm.type, "slave")  # type: ignore[return-value]
+    return "slave"
+
+
+def beneath(topology: Topology, name: str) -> list[Beneath]:
+    """The target, then every device under it, breadth first, each once.
+
+    Under an md array its members, under multipath its paths, under LVM its
+    PVs; under a partition (a member or the target) the disk holding it.
+    """
+    out = [Beneath(name, "target")]
+    seen = {name}
+    queue = [name]
+    while queue:
+        dev = topology.device(queue.pop(0))
+        if dev is None:
+            continue
+        below: list[tuple[str, Relation]] = [(s, _slave_relation(dev)) for s in dev.slaves]
+        if dev.kind is DeviceKind.PARTITION and dev.parent:
+            below.append((dev.parent, "disk"))
+        for child, relation in below:
+            if child not in seen:
+                seen.add(child)
+                out.append(Beneath(child, relation, dev.name))
+                queue.append(child)
+    return out
+
+
+def drives(topology: Topology, name: str) -> int:
+    """Distinct drives under a device: md members and LVM PVs add up, the paths of one
+    multipath LUN are one drive, partitions count as their disk."""
+
+    def leaves(dev_name: str, depth: int = 0) -> set[str]:
+        dev = topology.device(dev_name)
+        if dev is None or depth > 16:
+            return {dev_name}
+        if dev.dm is not None and dev.dm.type == "multipath":
+            return {dev.name}
+        if dev.slaves:
+            return set().union(*(leaves(s, depth + 1) for s in dev.slaves))
+        if dev.kind is DeviceKind.PARTITION and dev.parent:
+            return {dev.parent}
+        return {dev.name}
+
+    return max(1, len(leaves(name)))
+
+
+def facts(topology: Topology, name: str) -> TargetFacts:
+    dev = topology.device(name)
+    if dev is None:
+        raise ValueError(f"no device {name!r} in the topology")
+    return TargetFacts(kind="device", drives=drives(topology, name), rotational=dev.rotational,
+                       size_bytes=dev.size_bytes)

@@ -1,0 +1,482 @@
+"""Redaction of a diagnostics bundle: hostnames, IP and MAC addresses, serial numbers, WWNs.
+
+Pure: text in, text out. ``Redactor.redact(bundle)`` makes two passes over
+every text file, the file paths and the manifest data:
+
+1. detect: the values the caller seeds (the topology's hostname, serials,
+   WWNs and FC port names are seeded from ``topology.json``) plus what the
+   detectors find: values under keys such as ``serial_number``, ``SN``,
+   ``SAS Address`` or ``Host Name``, smartctl's WWN object, NFS/CIFS servers
+   in mountinfo, FQDNs of known hosts, and forms that name themselves
+   (naa./eui. ids, 0x5.../0x21... and bare WWNs, multipath wwids, IPv4, IPv6, MACs);
+2. replace: one regular expression per text, so a value becomes the same
+   token in every file, the longest known value wins over its substrings, and
+   a token is never read again (redacting twice changes nothing).
+
+A value's token is keyed by a canonical form: ``naa.5000c500a1b2c3d4``,
+``0x5000C500A1B2C3D4`` and the multipath wwid ``35000c500a1b2c3d4`` are all
+WWN-0001, and their prefixes stay (``naa.WWN-0001``, ``0xWWN-0001``,
+``3WWN-0001``) so support still sees what kind of id it was.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from collections import Counter
+from collections.abc import Callable, Iterable
+from contextlib import suppress
+from typing import Final, Literal, TypeAlias
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from stortune.schemas.bundle import Bundle, BundleInfo, MaskedKind, RedactionSummary
+from stortune.schemas.topology import Topology
+
+Kind = Literal["hostname", "ip", "mac", "serial", "wwn"]
+KINDS: tuple[Kind, ...] = ("hostname", "ip", "mac", "serial", "wwn")
+_TOKEN_PREFIX: dict[Kind, str] = {
+    "hostname": "HOST", "ip": "IP", "mac": "MAC", "serial": "SERIAL", "wwn": "WWN",
+}
+TOKEN = re.compile(r"(?:HOST|IP|MAC|SERIAL|WWN)-\d{4,}(?!\d)")
+MAP_FORMAT: Final = "stortune-redaction-map/1"
+TOPOLOGY_FILE = "topology.json"
+
+
+class RedactionMapping(BaseModel):
+    """Token -> original value, by kind. Stays with the customer (the control plane)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: Literal["stortune-redaction-map/1"] = MAP_FORMAT
+    values: dict[Kind, dict[str, str]] = Field(default_factory=dict)
+
+    def original(self, token: str) -> str | None:
+        for tokens in self.values.values():
+            if token in tokens:
+                return tokens[token]
+        return None
+
+
+# -- canonical forms ----------------------------------------------------------
+
+_HEXRUN = re.compile(r"[0-9a-f]+")
+_HOSTNAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62})(?:\.[a-z0-9-]{1,63})*")
+_NOT_HOSTS = frozenset({"localhost", "localhost.localdomain", "(none)", "unknown", "none"})
+
+
+def wwn_core(value: str) -> str | None:
+    """The 16 or 32 hex digits of a WWN in any usual spelling, lower case; None if it is not one."""
+    v = value.strip().lower()
+    for prefix in ("naa.", "eui.", "0x"):
+        if v.startswith(prefix):
+            v = v[len(prefix):]
+            break
+    v = re.sub(r"[\s:-]", "", v)
+    if len(v) in (17, 33) and v.startswith("3"):  # a SCSI page-83 wwid as multipathd prints it
+        v = v[1:]
+    if len(v) in (16, 32) and _HEXRUN.fullmatch(v) and v.strip("0"):
+        return v
+    return None
+
+
+def _plausible_serial(value: str) -> bool:
+    """At least 8 characters, or 4 with both letters and digits: masking a virtio serial
+    like 'data' or '1' would mask that word or number everywhere."""
+    mixed = any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+    return len(value) >= 8 or (len(value) >= 4 and mixed)
+
+
+def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        addr = ipaddress.ip_address(value.strip().strip("[]").split("%")[0])
+    except ValueError:
+        return None
+    return None if addr.is_loopback or addr.is_unspecified else addr
+
+
+# -- patterns -------------------------------------------------------------------
+
+_H = "[0-9A-Fa-f]"
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+# Self-identifying forms, in the order they are tried at one position.
+_GENERIC: tuple[tuple[str, str], ...] = (
+    # smartctl -j prints an ATA/SCSI WWN as three integers
+    ("wwnobj", r'"wwn"\s*:\s*\{\s*"naa"\s*:\s*(?P<naa>\d{1,2})\s*,\s*"oui"\s*:\s*(?P<oui>\d{1,9})\s*,'
+               r'\s*"id"\s*:\s*(?P<wid>\d{1,12})\s*\}'),
+    ("mac", rf"(?<![0-9A-Za-z:.-]){_H}{{2}}(?P<sep>[:-])(?:{_H}{{2}}(?P=sep)){{4}}{_H}{{2}}"
+            r"(?![0-9A-Za-z:-]|\.[0-9A-Za-z])"),
+    ("wwnid", rf"(?<![0-9A-Za-z.])(?i:naa|eui)\.(?P<idcore>{_H}{{32}}|{_H}{{16}})(?![0-9A-Za-z])"),
+    # 0x-prefixed WWNs (NAA 5/6 LUNs, NAA 1/2 FC ports) and multipath wwids (3 + NAA 5/6);
+    # a hex letter is required so that a long decimal counter is never taken for one
+    ("wwnhex", rf"(?<![0-9A-Za-z])(?:0[xX](?=\d*[A-Fa-f])(?P<xcore>[1256]{_H}{{15}}|6{_H}{{31}})"
+               rf"|3(?=\d*[A-Fa-f])(?P<mcore>5{_H}{{15}}|6{_H}{{31}}))(?![0-9A-Za-z])"),
+    # bare, as storcli prints WWNs and SAS addresses and qla2xxx its nn/pn: NAA 1/2/5 or 6
+    ("wwnbare", rf"(?<![0-9A-Za-z])(?=\d*[A-Fa-f])(?P<bcore>[125]{_H}{{15}}|6{_H}{{31}})(?![0-9A-Za-z])"),
+    ("wwncolon", rf"(?<![0-9A-Za-z:])(?=[125])(?:{_H}{{2}}:){{7}}{_H}{{2}}(?![0-9A-Za-z:])"),
+    # four octets of at most 255 without leading zeros, not inside a longer dotted version
+    ("ipv4", rf"(?<![0-9A-Za-z.]){_IPV4}(?![0-9A-Za-z]|\.\d)"),
+    ("ipv6", rf"(?<![0-9A-Za-z:.])(?=[0-9A-Fa-f:]*::|(?:{_H}{{1,4}}:){{7}})"
+             rf"(?:(?:{_H}{{0,4}}:){{2,6}}{_IPV4}|{_H}{{0,4}}(?::{_H}{{0,4}}){{2,7}})"
+             r"(?:%[0-9A-Za-z]+)?(?![0-9A-Za-z:]|\.\d)"),
+)
+# Every generic form starts with one of these: testing it first skips most positions cheaply.
+_GENERIC_FIRST = '0-9A-Fa-f:"nN'
+_GENERIC_RE = re.compile(f"(?=[{_GENERIC_FIRST}])(?:"
+                         + "|".join(f"(?P<{name}>{pattern})" for name, pattern in _GENERIC) + ")")
+
+_JSON_PAIR = re.compile(r'"(?P<k>[A-Za-z][A-Za-z0-9 _()./-]{0,48})"\s*:\s*"(?P<v>[^"\\\r\n]{1,200})"')
+_TEXT_PAIR = re.compile(
+    r"^[ \t]*(?P<k>[A-Za-z][A-Za-z0-9 _()./-]{0,48}?)[ \t]*[:=][ \t]*(?P<v>[^\r\n]*?)[ \t]*$", re.M)
+_NETFS = re.compile(r" - (?:nfs4?|cifs|smb3|smbfs|glusterfs|ceph|9p) (?P<src>\S+)")
+_SERIAL_KEYS = frozenset({"serial", "sn", "serialno", "serialnum"})
+_WWN_KEYS = frozenset({"wwn", "wwid", "wwnn", "wwpn", "portname", "luwwndeviceid", "logicalunitid"})
+
+
+def _key_kind(key: str, value: str) -> Kind | None:
+    """What a value is, judged by the key it is printed under (JSON or 'Key: value' text)."""
+    k = re.sub(r"[^a-z0-9]", "", key.lower())
+    if k in _SERIAL_KEYS or k.endswith("serialnumber"):
+        return "serial"
+    if k in _WWN_KEYS or k.startswith("sasaddress"):
+        return "wwn"
+    if k in ("hostname", "nodename"):  # an FC node_name is a WWN, uname's nodename a host
+        return "wwn" if wwn_core(value) else "hostname"
+    return None
+
+
+_Trie: TypeAlias = dict[str, "_Trie"]
+
+
+def _trie_pattern(words: Iterable[str]) -> str:
+    """One regex for many literals that costs one character test per level, not one per word.
+
+    An optional tail is greedy, so the longest literal is tried first and a
+    shorter one only when the longer cannot match (or fails its boundary).
+    """
+    root: _Trie = {}
+    for word in words:
+        node = root
+        for ch in word:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def emit(node: _Trie) -> str:
+        branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if "" in node else body
+
+    return emit(root)
+
+
+def _continues_dotted(text: str, end: int) -> bool:
+    """'vm' in 'vm.dirty_ratio' is a sysctl, not the host: a known FQDN is matched whole instead."""
+    return end + 1 < len(text) and text[end] == "." and (text[end + 1].isalnum() or text[end + 1] == "_")
+
+
+def _strings(node: object) -> list[str]:
+    if isinstance(node, str):
+        return [node]
+    if isinstance(node, dict):
+        return [s for value in node.values() for s in _strings(value)]
+    if isinstance(node, list):
+        return [s for value in node for s in _strings(value)]
+    return []
+
+
+def _map_strings(node: object, fn: Callable[[str], str]) -> object:
+    if isinstance(node, str):
+        return fn(node)
+    if isinstance(node, dict):
+        return {key: _map_strings(value, fn) for key, value in node.items()}
+    if isinstance(node, list):
+        return [_map_strings(value, fn) for value in node]
+    return node
+
+
+# -- the redactor -----------------------------------------------------------------
+
+
+class Redactor:
+    """Consistent tokens for sensitive values across every text it is given.
+
+    Seed it with known values (``add``, ``add_topology``), then ``redact`` a
+    bundle; ``mapping`` holds token -> original. Passing an earlier mapping
+    keeps its tokens, so bundles of one host taken a month apart agree.
+    """
+
+    def __init__(self, mapping: RedactionMapping | None = None) -> None:
+        self._tokens: dict[tuple[Kind, str], str] = {}
+        self._originals: dict[Kind, dict[str, str]] = {kind: {} for kind in KINDS}
+        self._next: dict[Kind, int] = dict.fromkeys(KINDS, 1)
+        self._literals: dict[str, tuple[Kind, str]] = {}  # lower-cased text -> (kind, key)
+        self._bounded: set[str] = set()  # literals matched only as whole words
+        self._hosts: set[str] = set()
+        self._pattern: re.Pattern[str] | None = None
+        self._fqdn: re.Pattern[str] | None = None
+        self._used: dict[Kind, set[str]] = {kind: set() for kind in KINDS}
+        self._occurrences: Counter[Kind] = Counter()
+        # every token first: a known FQDN's literal forms add its short name, which must find its own
+        preloaded = [self._preload(kind, token, original)
+                     for kind, tokens in (mapping.values if mapping else {}).items()
+                     for token, original in tokens.items()]
+        for kind, key, original in filter(None, preloaded):
+            self._literal_forms(kind, key, original)
+
+    # -- seeding ------------------------------------------------------------------
+    def add(self, kind: Kind, value: str) -> str | None:
+        """Register a sensitive value; its token, or None when it cannot be masked as that kind."""
+        found = self._canonical(kind, value)
+        if found is None:
+            return None
+        kind, key, original = found
+        token = self._token(kind, key, original)
+        self._literal_forms(kind, key, original)
+        return token
+
+    def add_topology(self, topo: Topology) -> None:
+        """Everything identifying a discovered topology holds."""
+        if topo.hostname:
+            self.add("hostname", topo.hostname)
+        for dev in topo.devices:
+            if dev.serial:
+                self.add("serial", dev.serial)
+            if dev.wwn:
+                self.add("wwn", dev.wwn)
+            prefix, _, value = dev.id.partition(":")
+            value = re.sub(r"-part\d+$", "", value)
+            if prefix in ("wwn", "serial"):
+                self.add("wwn" if prefix == "wwn" else "serial", value)
+            if dev.dm is not None and dev.dm.type == "multipath" and dev.dm.uuid:
+                self.add("wwn", dev.dm.uuid.removeprefix("mpath-"))
+            if dev.scsi_host is not None and dev.scsi_host.fc_port_name:
+                self.add("wwn", dev.scsi_host.fc_port_name)
+
+    @property
+    def mapping(self) -> RedactionMapping:
+        return RedactionMapping(values={k: dict(v) for k, v in self._originals.items() if v})
+
+    # -- redacting ----------------------------------------------------------------
+    def redact_text(self, text: str) -> str:
+        self._detect([text])
+        return self._replace(text)
+
+    def redact(self, bundle: Bundle) -> Bundle:
+        """A redacted copy of ``bundle`` with the summary in its manifest data."""
+        texts: dict[str, str] = {}
+        binary: list[str] = []
+        for path, data in sorted(bundle.files.items()):
+            try:
+                texts[path] = data.decode("utf-8")
+            except UnicodeDecodeError:
+                binary.append(path)
+        topo = texts.get(TOPOLOGY_FILE)
+        if topo is not None:
+            # one that is not a Topology is not ours to judge; the detectors still read it
+            with suppress(ValidationError):
+                self.add_topology(Topology.model_validate_json(topo))
+        # the manifest data string by string: in its JSON text "\ndb01" would hide a host name
+        info = bundle.info.model_copy(update={"redaction": None}).model_dump(mode="json")
+        self._used = {kind: set() for kind in KINDS}
+        self._occurrences = Counter()
+        self._detect([*_strings(info), *texts.values(), *bundle.files])
+        out = Bundle(info=BundleInfo.model_validate(_map_strings(info, self._replace)))
+        for path, data in sorted(bundle.files.items()):
+            new_path = self._replace(path)
+            if new_path in out.files:
+                raise ValueError(f"redacting paths made {path!r} collide with another file")
+            out.put(new_path, self._replace(texts[path]) if path in texts else data)
+        out.info.redaction = RedactionSummary(
+            kinds=list(KINDS),
+            masked={kind: MaskedKind(values=len(self._used[kind]), occurrences=self._occurrences[kind])
+                    for kind in KINDS if self._used[kind]},
+            not_redacted=[self._replace(p) for p in binary],
+        )
+        return out
+
+    # -- pass 1: detection ------------------------------------------------------------
+    def _detect(self, texts: list[str]) -> None:
+        for text in texts:
+            for m in _GENERIC_RE.finditer(text):
+                hit = self._generic(m)
+                if hit is not None:
+                    self.add(hit[0], hit[2])
+            for pattern in (_JSON_PAIR, _TEXT_PAIR):
+                for m in pattern.finditer(text):
+                    value = m["v"]
+                    kind = _key_kind(m["k"], value)
+                    if kind is not None and not TOKEN.search(value):
+                        self.add(kind, value)
+            for m in _NETFS.finditer(text):
+                self._netfs(m["src"])
+        # FQDNs of known hosts last, when every host is known
+        for text in texts:
+            fqdn = self._fqdn_pattern()
+            if fqdn is not None:
+                for m in fqdn.finditer(text):
+                    self.add("hostname", m.group())
+
+    def _netfs(self, source: str) -> None:
+        """The server of an NFS (host:/path) or CIFS (//host/share) mount."""
+        if source.startswith("//"):
+            host = source[2:].split("/", 1)[0]
+        elif ":/" in source and "," not in source:
+            host = source.split(":/", 1)[0]
+        else:
+            return
+        self.add("hostname", host)
+
+    def _fqdn_pattern(self) -> re.Pattern[str] | None:
+        if self._fqdn is None and self._hosts:
+            names = "|".join(re.escape(h) for h in sorted(self._hosts, key=len, reverse=True))
+            self._fqdn = re.compile(
+                rf"(?<![A-Za-z0-9.-])(?i:{names})(?:\.[A-Za-z0-9][A-Za-z0-9-]{{0,62}}){{2,}}"
+                r"(?![A-Za-z0-9_-]|\.[A-Za-z0-9])")
+        return self._fqdn
+
+    # -- pass 2: replacement ------------------------------------------------------------
+    def _replace(self, text: str) -> str:
+        return self._compiled().sub(self._substitute, text)
+
+    def _compiled(self) -> re.Pattern[str]:
+        if self._pattern is None:
+            long_ = [w for w in self._literals if w not in self._bounded]
+            alts = [f"(?P<token>{TOKEN.pattern})", f"(?P<wwnobj>{_GENERIC[0][1]})"]
+            if long_:
+                alts.append(f"(?P<long>(?i:{_trie_pattern(long_)}))")
+            if self._bounded:
+                alts.append(f"(?P<short>(?<![A-Za-z0-9])(?i:{_trie_pattern(self._bounded)})(?![A-Za-z0-9]))")
+            alts += [f"(?P<{name}>{pattern})" for name, pattern in _GENERIC[1:]]
+            first = {c for w in self._literals for c in (w[0].lower(), w[0].upper())}
+            starts = _GENERIC_FIRST + "HIMSW" + re.escape("".join(sorted(first)))
+            self._pattern = re.compile(f"(?=[{starts}])(?:{'|'.join(alts)})")
+        return self._pattern
+
+    def _substitute(self, m: re.Match[str]) -> str:
+        text = m.group()
+        alt = m.lastgroup
+        if alt == "token":
+            return text
+        if alt in ("long", "short"):
+            kind, key = self._literals[text.lower()]
+            if kind == "hostname" and _continues_dotted(m.string, m.end()):
+                return text
+            return self._use(kind, key)
+        hit = self._generic(m)
+        if hit is None:
+            return text
+        kind, key, original, prefix = hit
+        token = self._use(kind, key, original)
+        return f'"wwn": "{token}"' if alt == "wwnobj" else prefix + token
+
+    def _generic(self, m: re.Match[str]) -> tuple[Kind, str, str, str] | None:
+        """(kind, key, original, prefix to keep) of a self-identifying match, or None."""
+        text, alt = m.group(), m.lastgroup
+        if alt == "wwnobj":
+            core = f"{int(m['naa']):x}{int(m['oui']):06x}{int(m['wid']):09x}"
+            return ("wwn", core, core, "") if len(core) == 16 else None
+        if alt == "mac":
+            key = re.sub(r"[^0-9a-f]", "", text.lower())
+            return None if key in ("000000000000", "ffffffffffff") else ("mac", key, text, "")
+        if alt in ("wwnid", "wwnhex", "wwnbare"):
+            core = m["idcore"] or m["xcore"] or m["mcore"] or m["bcore"]
+            return "wwn", core.lower(), core, text[: len(text) - len(core)]
+        if alt == "wwncolon":
+            return "wwn", text.replace(":", "").lower(), text, ""
+        if alt in ("ipv4", "ipv6"):
+            addr = _ip(text)
+            return None if addr is None else ("ip", str(addr), text, "")
+        return None
+
+    # -- tokens -------------------------------------------------------------------------
+    def _canonical(self, kind: Kind, value: str) -> tuple[Kind, str, str] | None:
+        """(kind, key, original): the key is what makes two spellings one value."""
+        value = value.strip()
+        if not value or TOKEN.search(value):
+            return None
+        if kind == "hostname":
+            if _ip(value) is not None:
+                return self._canonical("ip", value)
+            host = value.rstrip(".").lower()
+            if host in _NOT_HOSTS or not _HOSTNAME.fullmatch(host) or host.isdigit():
+                return None
+            return "hostname", host, value.rstrip(".")
+        if kind == "ip":
+            addr = _ip(value)
+            return None if addr is None else ("ip", str(addr), value)
+        if kind == "mac":
+            key = re.sub(r"[^0-9a-f]", "", value.lower())
+            return ("mac", key, value) if len(key) == 12 else None
+        if kind == "serial":
+            serial = " ".join(value.split())
+            return ("serial", serial.upper(), serial) if _plausible_serial(serial) else None
+        core = wwn_core(value)
+        return None if core is None else ("wwn", core, core)
+
+    def _literal_forms(self, kind: Kind, key: str, original: str) -> None:
+        """The spellings of a value to find in text that no pattern would recognise."""
+        forms: list[tuple[str, bool]] = []  # (text, matched only as a whole word)
+        if kind == "hostname":
+            forms.append((key, True))
+            if "." in key:  # the short name of a known FQDN is this host too
+                self.add("hostname", key.split(".", 1)[0])
+            self._hosts.add(key)
+            self._fqdn = None
+        elif kind == "serial":
+            # long letter-and-digit serials are found inside by-id names and NVMe NQNs too;
+            # others only as whole words, so an all-digit one is never part of a counter
+            mixed = any(c.isdigit() for c in original) and any(c.isalpha() for c in original)
+            bounded = len(original) < 8 or not mixed
+            forms += [(original, bounded), (original.replace(" ", "_"), bounded)]
+            if len(original) >= 8:  # NVMe wwids without an EUI carry the serial hex-encoded
+                forms.append((original.encode().hex(), False))
+        elif kind == "wwn":
+            forms.append((key, False))
+            if len(key) == 16:
+                forms.append((":".join(key[i:i + 2] for i in range(0, 16, 2)), False))
+                forms.append((f"{key[0]} {key[1:7]} {key[7:]}", False))  # smartctl's LU WWN text
+        for text, bounded in forms:
+            low = text.lower()
+            if low not in self._literals:
+                self._literals[low] = (kind, key)
+                if bounded:
+                    self._bounded.add(low)
+                self._pattern = None
+
+    def _token(self, kind: Kind, key: str, original: str) -> str:
+        token = self._tokens.get((kind, key))
+        if token is None:
+            token = f"{_TOKEN_PREFIX[kind]}-{self._next[kind]:04d}"
+            self._next[kind] += 1
+            self._tokens[kind, key] = token
+            self._originals[kind][token] = original
+        return token
+
+    def _use(self, kind: Kind, key: str, original: str | None = None) -> str:
+        token = self._token(kind, key, original if original is not None else key)
+        self._used[kind].add(key)
+        self._occurrences[kind] += 1
+        return token
+
+    def _preload(self, kind: Kind, token: str, original: str) -> tuple[Kind, str, str] | None:
+        """Take over a token of an earlier mapping; -> what its literal forms are made from."""
+        found = self._canonical(kind, original)
+        if found is None or not TOKEN.fullmatch(token):
+            return None
+        kind, key, _ = found
+        self._tokens[kind, key] = token
+        self._originals[kind][token] = original
+        self._next[kind] = max(self._next[kind], int(token.rsplit("-", 1)[1]) + 1)
+        return kind, key, original
+
+
+def redact(bundle: Bundle, *, known: Iterable[tuple[Kind, str]] = (),
+           mapping: RedactionMapping | None = None) -> tuple[Bundle, RedactionMapping]:
+    """The redacted bundle and the token -> original mapping (seeded from its topology.json)."""
+    redactor = Redactor(mapping)
+    for kind, value in known:
+        redactor.add(kind, value)
+    return redactor.redact(bundle), redactor.mapping

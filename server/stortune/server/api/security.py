@@ -1,0 +1,111 @@
+"""Authorization of routes: each declares the permission it needs.
+
+    HostReader = Annotated[Principal, Authorized(Permission.READ_HOSTS)]
+
+    @router.get("/{name}/diagnostics")
+    @audited
+    def diagnostics(who: HostReader, name: VisibleHostName, ...) -> ...
+
+A valid token whose role lacks the permission is 403; no or a bad token never
+gets this far (401, api/access.py). Scoped principals (support tokens) see
+only the hosts their selector matches: ``VisibleHostName`` answers 404 for
+any other host, exactly as for a host that does not exist, so such a token
+cannot learn which hosts lie outside its reach. ``check_routes`` refuses to
+build an app with an /api/ route that declares no permission.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.dependencies.models import Dependant
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from stortune.server.api.access import PRINCIPAL
+from stortune.server.api.deps import HostName, SessionDep
+from stortune.server.auth import Permission, Principal, roles_with
+from stortune.server.errors import Forbidden, NotFound, Unauthorized
+from stortune.server.services import hosts
+
+# Only for the OpenAPI document ("Authorize" in /docs): the middleware authenticates.
+_BEARER = HTTPBearer(auto_error=False, description="An API token: stortune token create, or the "
+                     "admin.token the server writes on its first start")
+_PERMISSION = "__stortune_permission__"
+
+
+async def current_principal(
+    request: Request, _doc: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
+) -> Principal:
+    principal = request.scope.get(PRINCIPAL)
+    if not isinstance(principal, Principal):  # only if a route escaped the middleware's prefix
+        raise Unauthorized("this call needs a token")
+    return principal
+
+
+CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
+
+
+@functools.cache  # one callable per permission: FastAPI runs it once per request
+def require(permission: Permission) -> Callable[..., Awaitable[Principal]]:
+    async def allowed(principal: CurrentPrincipal) -> Principal:
+        if not principal.can(permission):
+            roles = ", ".join(r.value for r in roles_with(permission))
+            raise Forbidden(f"{principal.describe()} may not {permission.value}; roles that may: {roles}")
+        return principal
+
+    setattr(allowed, _PERMISSION, permission)
+    return allowed
+
+
+def Authorized(permission: Permission) -> Any:
+    """``Annotated[Principal, Authorized(Permission.X)]``: the caller, if its role may do X."""
+    return Depends(require(permission))
+
+
+async def visible_host(name: HostName, principal: CurrentPrincipal, session: SessionDep) -> str:
+    if principal.scoped:
+        labels = await run_in_threadpool(hosts.labels_of, session, name)
+        if labels is None or not principal.may_see_host(labels):
+            raise NotFound(hosts.KIND, name)
+    return name
+
+
+#: A host path parameter that exists for this caller (404 otherwise, see above).
+VisibleHostName = Annotated[str, Depends(visible_host)]
+
+
+def declared_permissions(dependant: Dependant) -> Iterator[Permission]:
+    for dep in dependant.dependencies:
+        permission = getattr(dep.call, _PERMISSION, None)
+        if isinstance(permission, Permission):
+            yield permission
+        yield from declared_permissions(dep)
+
+
+def _route_contexts(routes: list[Any]) -> Iterator[Any]:
+    try:  # newer FastAPI keeps included routers as they are; older ones copied their routes
+        from fastapi.routing import iter_route_contexts
+    except ImportError:  # pragma: no cover
+        return iter(routes)
+    return iter_route_contexts(routes)
+
+
+def api_routes(app: FastAPI) -> Iterator[tuple[str, str, Any]]:
+    """(method, path, route) of every route the app serves."""
+    for route in _route_contexts(app.routes):
+        for method in sorted(getattr(route, "methods", None) or ()):
+            yield method, str(route.path), route
+
+
+def check_routes(app: FastAPI, prefix: str) -> None:
+    """Every route under ``prefix`` declares a permission; otherwise the app is not built."""
+    missing = [f"{method} {path}" for method, path, route in api_routes(app)
+               if path.startswith(prefix) and method != "HEAD"
+               and not any(declared_permissions(route.dependant))]
+    if missing:
+        raise RuntimeError("routes without a declared permission (use api.security.Authorized): "
+                           + ", ".join(missing))

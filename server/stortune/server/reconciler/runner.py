@@ -1,0 +1,155 @@
+"""The Reconciler: the Controller the API hands host names to, run in the app's event loop.
+
+``start`` spawns the workers and the periodic pass; the first pass runs at
+once and queues every known host, so a restarted server picks up where the
+last one stopped. Each pass (every ``interval`` seconds) also expires leases
+and refreshes the profiles' status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from stortune.server.agentclient import AgentClientFactory
+from stortune.server.reconciler import store
+from stortune.server.reconciler.queue import Backoff, WorkQueue
+from stortune.server.reconciler.reconcile import Deps, Result, reconcile
+from stortune.server.reconciler.summary import summarize
+
+log = logging.getLogger(__name__)
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Reconciler:
+    """Implements ``stortune.server.controller.Controller``."""
+
+    def __init__(
+        self,
+        sessions: store.Sessions,
+        agents: AgentClientFactory,
+        *,
+        interval: float = 30.0,
+        workers: int = 16,
+        clock: Callable[[], datetime] = _utcnow,
+        backoff: Callable[[], Backoff] = Backoff,
+        summary_delay: float = 1.0,
+    ) -> None:
+        self.agents = agents
+        self.interval = interval
+        self.workers = workers
+        self._sessions = sessions
+        self._clock = clock
+        self._backoff = backoff
+        self._summary_delay = summary_delay
+        self._deps = Deps(sessions, agents, clock, wrote=self._summaries_due)
+        self._queue: WorkQueue | None = None
+        self._summaries: asyncio.Event | None = None
+        self._workers: list[asyncio.Task[None]] = []
+        self._loops: list[asyncio.Task[None]] = []
+
+    def enqueue(self, host: str, reason: str) -> None:
+        """From any thread; before start() it is dropped (start() queues every host)."""
+        queue = self._queue
+        if queue is not None:
+            log.debug("queue %s: %s", host, reason)
+            queue.add(host)
+
+    async def start(self) -> None:
+        self._queue = WorkQueue(self._backoff())
+        self._summaries = asyncio.Event()
+        self._workers = [asyncio.create_task(self._work(), name=f"reconcile-worker-{i}")
+                         for i in range(self.workers)]
+        self._loops = [asyncio.create_task(self._periodic(), name="reconcile-resync"),
+                       asyncio.create_task(self._summarize_when_due(), name="profile-summaries")]
+        log.info("reconciler started: %d workers, every host looked at every %gs",
+                 self.workers, self.interval)
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop taking keys, let reconciles in flight finish for ``grace`` seconds, then cancel."""
+        if self._queue is None:
+            return
+        self._queue.shutdown()
+        for task in self._loops:
+            task.cancel()
+        if self._workers:
+            _, pending = await asyncio.wait(self._workers, timeout=grace)
+            for task in pending:
+                task.cancel()
+        await asyncio.gather(*self._workers, *self._loops, return_exceptions=True)
+        self._workers, self._loops = [], []
+        close = getattr(self.agents, "close", None)
+        if close is not None:
+            with contextlib.suppress(Exception):
+                await close()
+
+    async def resync(self) -> None:
+        """Expire leases, then queue every host (drift detection, and whatever a lost request missed).
+
+        A host waiting out a retry backoff is left to it: the pass must not turn
+        a failing host's backoff into one attempt per interval. Requests from
+        the API (a spec change) still go through at once.
+        """
+        assert self._queue is not None
+        for name in await asyncio.to_thread(store.expire_leases, self._sessions, self._clock()):
+            log.warning("%s: lease expired", name)
+        backing_off = self._queue.delayed()
+        for name in await asyncio.to_thread(store.host_names, self._sessions):
+            if name not in backing_off:
+                self._queue.add(name)
+        self._summaries_due()
+
+    # -- tasks ------------------------------------------------------------------------
+    async def _work(self) -> None:
+        assert self._queue is not None
+        queue = self._queue
+        while (key := await queue.get()) is not None:
+            try:
+                result = await reconcile(self._deps, key)
+            except Exception:  # a bug or the database: keep the worker, retry the key
+                log.exception("reconcile of %s failed", key)
+                result = Result.RETRY
+            finally:
+                queue.done(key)
+            if result is Result.RETRY:
+                delay = queue.add_rate_limited(key)
+                log.debug("%s: retry in %.1fs", key, delay)
+            else:
+                queue.forget(key)
+
+    async def _periodic(self) -> None:
+        while True:
+            try:
+                await self.resync()
+            except Exception:
+                log.exception("periodic pass failed; trying again in %gs", self.interval)
+            await asyncio.sleep(self.interval)
+
+    def _summaries_due(self) -> None:
+        if self._summaries is not None:
+            self._summaries.set()
+
+    async def _summarize_when_due(self) -> None:
+        assert self._summaries is not None
+        while True:
+            await self._summaries.wait()
+            self._summaries.clear()
+            try:
+                await asyncio.to_thread(self._write_summaries)
+            except Exception:
+                log.exception("profile summaries failed")
+            await asyncio.sleep(self._summary_delay)  # a burst of host writes makes one pass
+
+    def _write_summaries(self) -> None:
+        profiles, standings = store.profiles_and_hosts(self._sessions)
+        now = self._clock()
+        for profile in profiles:
+            status = summarize(profile, standings)
+            if status != profile.status:
+                store.write_profile_status(self._sessions, profile.name, status, now)

@@ -1,0 +1,135 @@
+"""The reconciler's database side: short transactions through the services, run in threads.
+
+Each function opens its own session and returns plain data, so no
+transaction stays open while the reconciler waits on an agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections import OrderedDict
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from stortune.schemas.topology import Topology
+from stortune.server.db.tables import Host, Profile
+from stortune.server.errors import NotFound
+from stortune.server.models.hosts import DeviceSetting
+from stortune.server.reconciler.decide import HostView
+from stortune.server.reconciler.report import Update
+from stortune.server.services import hosts, profiles
+
+Sessions = sessionmaker[Session]
+
+
+class Topologies:
+    """Parsed topologies by hash: a host's topology is read and validated once per change,
+    not on every drift check (most passes find the same structure)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._parsed: OrderedDict[str, Topology] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, digest: str | None) -> Topology | None:
+        if digest is None:
+            return None
+        with self._lock:
+            found = self._parsed.get(digest)
+            if found is not None:
+                self._parsed.move_to_end(digest)
+            return found
+
+    def put(self, digest: str | None, topology: Topology | None) -> None:
+        if digest is None or topology is None:
+            return
+        with self._lock:
+            self._parsed[digest] = topology
+            while len(self._parsed) > self._size:
+                self._parsed.popitem(last=False)
+
+
+def load(sessions: Sessions, name: str, topologies: Topologies | None = None) -> HostView | None:
+    """The host and the profiles it should run; None if the host is gone."""
+    cache = topologies or Topologies(size=1)
+    with sessions() as session:
+        try:
+            host = hosts.get(session, name, with_topology=False)
+        except NotFound:
+            return None
+        topology = cache.get(host.topology_hash)
+        if topology is None and host.topology_hash is not None:
+            # The hash is a digest of the structure and values the agent sent with it.
+            topology = _topology(session.scalar(select(Host.topology).where(Host.name == name)))
+            cache.put(host.topology_hash, topology)
+        live = [profiles.stored_profile(r) for r in profiles.selecting(session, host.effective_labels)]
+        deleting = profiles.being_deleted(session, host.applied_generations)
+    status = host.status
+    return HostView(
+        name=host.name, address=host.address, profiles=tuple(live),
+        applied=dict(host.applied_generations), deleting=frozenset(deleting),
+        conditions={c["type"]: c for c in status.get("conditions", [])},
+        devices=_devices(status.get("devices", [])),
+        topology=topology, topology_hash=host.topology_hash,
+        checked_boot_id=status.get("checkedBootId"), applied_boot_id=status.get("appliedBootId"),
+        refused=status.get("refusedGenerations"), lease_expired=host.lease_expired,
+    )
+
+
+def _devices(raw: list[dict[str, Any]]) -> tuple[DeviceSetting, ...]:
+    try:
+        return tuple(DeviceSetting.model_validate(d) for d in raw)
+    except ValidationError:  # written by an older server: start the table afresh
+        return ()
+
+
+def _topology(raw: dict[str, Any] | None) -> Topology | None:
+    if raw is None:
+        return None
+    try:
+        return Topology.model_validate(raw)
+    except ValidationError:  # an older model: ask the agent for it again
+        return None
+
+
+def write(sessions: Sessions, name: str, update: Update, now: datetime) -> bool:
+    """Store ``update``; False if the host was deleted meanwhile."""
+    if update.empty:
+        return True
+    with sessions() as session:
+        try:
+            hosts.write_status(
+                session, name, now=now, devices=update.devices, applied_generations=update.applied,
+                conditions=[(t, *c) for t, c in update.conditions.items()], topology=update.topology,
+                fields=update.fields, new_events=update.events,
+            )
+        except NotFound:
+            return False
+    return True
+
+
+def host_names(sessions: Sessions) -> list[str]:
+    with sessions() as session:
+        return hosts.names(session)
+
+
+def expire_leases(sessions: Sessions, now: datetime) -> list[str]:
+    with sessions() as session:
+        return hosts.expire_leases(session, now)
+
+
+def profiles_and_hosts(sessions: Sessions) -> tuple[list[Profile], list[hosts.Standing]]:
+    """Every profile and how every host stands, for the profile summaries."""
+    with sessions() as session:
+        return profiles.list_profiles(session)[0], hosts.standings(session)
+
+
+def write_profile_status(sessions: Sessions, name: str, status: dict[str, Any], now: datetime) -> None:
+    # NotFound: deleted since it was read, nothing to report on.
+    with sessions() as session, contextlib.suppress(NotFound):
+        profiles.write_status(session, name, status, now)

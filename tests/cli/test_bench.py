@@ -1,0 +1,270 @@
+"""stortune bench against the real control plane (uvicorn on 127.0.0.1) whose agent is the fake
+seam: run and follow, list, show, compare with exit codes for CI, cancel, plot, baselines, schedules."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from stortune.cli import bench
+from stortune.cli.client import Client
+from stortune.cli.render import Output
+from stortune.server import RecordingController, Settings, create_app
+from stortune.server.agentclient import AgentRejected, FakeAgentClients
+from tests.cli.conftest import ControlPlane, Run, serve
+from tests.server.benchfakes import BenchAgent, steady
+
+ADDRESS = "127.0.0.1:9"  # what ControlPlane.register advertises
+
+
+@pytest.fixture
+def agent() -> BenchAgent:
+    return BenchAgent(address=ADDRESS)
+
+
+@pytest.fixture
+def control_plane(tmp_path: Path, agent: BenchAgent) -> Iterator[ControlPlane]:
+    """The control plane of tests/cli/conftest.py, with the benchmark dispatcher talking to ``agent``."""
+    agents = FakeAgentClients()
+    agents.add(agent)
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'control-plane.db'}", benchmark_interval_s=0.05),
+                     controller=RecordingController(), agents=agents)
+    yield from serve(app)
+
+
+@pytest.fixture
+def fleet(control_plane: ControlPlane) -> ControlPlane:
+    control_plane.register("web-1", {"role": "streamer"})
+    return control_plane
+
+
+def spec_file(tmp_path: Path, name: str = "seq", *, thresholds: str = "", repeats: int = 3,
+              workloads: str = "[{preset: seq-1m, runtime: 1s}]") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(f"""apiVersion: stortune/v1
+kind: BenchmarkSpec
+metadata: {{name: {name}}}
+spec:
+  hostSelector: {{matchLabels: {{role: streamer}}}}
+  target: {{device: {{kind: [disk], name: [sda]}}}}
+  allowDestructive: true
+  repeats: {repeats}
+  workloads: {workloads}
+{thresholds}""")
+    return path
+
+
+def run_id(out: str) -> str:
+    """The id in 'benchmarkrun/ID queued on HOST'."""
+    line = next(line for line in out.splitlines() if " queued on " in line)
+    return line.split()[0].removeprefix("benchmarkrun/")
+
+
+def test_run_follows_to_the_end_then_list_and_show(stortune: Run, fleet: ControlPlane,
+                                                   tmp_path: Path) -> None:
+    done = stortune("bench", "run", "-f", str(spec_file(tmp_path)))
+    assert done.code == 0, done.err
+    rid = run_id(done.out)
+    assert f"benchmarkrun/{rid} on web-1: done: done" in done.out
+    assert f"{rid} web-1: done  100%" in done.out  # the plain progress line, piped
+
+    listed = stortune("bench", "list")
+    header, row = listed.out.splitlines()
+    assert header.split() == ["ID", "NAME", "HOST", "STATE", "PROGRESS", "AGE", "MESSAGE"]
+    assert row.split()[:4] == [rid, "seq", "web-1", "done"]
+
+    shown = stortune("bench", "show", rid)
+    assert shown.code == 0, shown.err
+    text = shown.out
+    assert "Versions:       kernel 6.1.0-test, fio-3.33, agent 0.1.0" in text
+    assert "Profiles:       streaming (generation 1)" in text
+    read = next(line for line in text.splitlines() if line.strip().startswith("seq-1m/read"))
+    assert read.split()[1:4] == ["read", "400.0", "MB/s"] and "±" in read and read.split()[-1] == "3"
+    assert "Settings in effect when the run started:" in text
+    assert any(line.split() == ["loop0", "read_ahead_kb", "128"] for line in text.splitlines())
+    as_json = json.loads(stortune("bench", "show", rid, "-o", "json").out)
+    assert as_json["kind"] == "BenchmarkRun" and as_json["status"]["result"]["state"] == "done"
+
+
+def test_exit_codes_of_run(stortune: Run, fleet: ControlPlane, agent: BenchAgent, tmp_path: Path) -> None:
+    strict = spec_file(tmp_path, "strict", thresholds="  thresholds:\n"
+                                                      "    - {metric: read_bandwidth, min: 10GB/s}\n")
+    failed_check = stortune("bench", "run", "-f", str(strict))
+    assert failed_check.code == 2
+    assert "done (thresholds failed)" not in failed_check.out  # the final line says done, in red on a tty
+    rid = run_id(failed_check.out)
+    shown = stortune("bench", "show", rid).out
+    assert "FAIL  seq-1m/read: read_bandwidth 400.0 MB/s is below 10.0 GB/s" in shown
+
+    agent.fail("start_benchmark", AgentRejected(ADDRESS, "fio is not installed ('fio' not found on PATH): "
+                                                         "install Debian's package fio"))
+    refused = stortune("bench", "run", "-f", str(spec_file(tmp_path)))
+    assert refused.code == 1
+    assert "failed: refused by the agent: fio is not installed" in refused.out
+    agent.fail("start_benchmark", None)
+
+    queued = stortune("bench", "run", "--no-wait", "-f", str(spec_file(tmp_path)))
+    assert queued.code == 0 and " queued on web-1" in queued.out
+
+
+def test_an_invalid_spec_names_the_field_and_sends_nothing(stortune: Run, fleet: ControlPlane,
+                                                           tmp_path: Path) -> None:
+    typo = spec_file(tmp_path, workloads="[{preset: seq-1m, runtime: 1q}]")
+    bad = stortune("bench", "run", "-f", str(typo))
+    assert bad.code == 1
+    assert "spec.workloads[0].runtime: '1q' is not a duration" in bad.err
+    assert stortune("bench", "list").err.strip() == "No benchmark runs found."
+    missing = stortune("bench", "run", "-f", str(tmp_path / "nope.yaml"))
+    assert missing.code == 1 and "nope.yaml" in missing.err
+
+
+def test_dry_run_shows_the_steps(stortune: Run, fleet: ControlPlane, tmp_path: Path) -> None:
+    shown = stortune("bench", "run", "--dry-run", "-f", str(spec_file(tmp_path)))
+    assert shown.code == 0, shown.err
+    assert "host/web-1: target sda" in shown.out
+    assert any(line.split()[:4] == ["seq-1m/read", "read", "1048576", "4"] for line in shown.out.splitlines())
+    assert stortune("bench", "list").err.strip() == "No benchmark runs found."
+
+
+def test_compare_exit_code_is_a_ci_gate(stortune: Run, fleet: ControlPlane, agent: BenchAgent,
+                                        tmp_path: Path) -> None:
+    spec = str(spec_file(tmp_path))
+    before = run_id(stortune("bench", "run", "-f", spec).out)
+    agent.values = steady(1.3)
+    agent.settings = {"loop0": {"read_ahead_kb": 4096, "scheduler": "none"}}
+    after = run_id(stortune("bench", "run", "-f", spec).out)
+
+    better = stortune("bench", "compare", before, after)
+    assert better.code == 0, better.out + better.err
+    row = next(line for line in better.out.splitlines() if "read_bandwidth" in line)
+    assert "+30.0%" in row and "significant" in row and row.split()[-1] == "better"
+    assert "  loop0 read_ahead_kb: 128 -> 4096" in better.out
+    worse = stortune("bench", "compare", after, before)
+    assert worse.code == 2
+    assert "-23.1%" in next(line for line in worse.out.splitlines() if "read_bandwidth" in line)
+    as_json = json.loads(stortune("bench", "compare", after, before, "-o", "json").out)
+    assert as_json["summary"]["worse"] > 0
+    assert stortune("bench", "compare", before, "no-such-run").code == 1
+
+
+def test_plot_writes_png_and_svg(stortune: Run, fleet: ControlPlane, tmp_path: Path) -> None:
+    spec = str(spec_file(tmp_path))
+    a, b = run_id(stortune("bench", "run", "-f", spec).out), run_id(stortune("bench", "run", "-f", spec).out)
+    svg, png = tmp_path / "t.svg", tmp_path / "c.png"
+    assert stortune("bench", "plot", a, "-o", str(svg)).code == 0
+    assert svg.read_text().lstrip().startswith("<?xml") and "seq-1m" in svg.read_text()
+    assert stortune("bench", "plot", "--compare", a, b, "-o", str(png)).code == 0
+    assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    wrong = stortune("bench", "plot", a, "-o", str(tmp_path / "t.gif"))
+    assert wrong.code == 1 and "must end in .png or .svg" in wrong.err
+    both = stortune("bench", "plot", a, "--compare", a, b, "-o", str(svg))
+    assert both.code == 1 and "give a run ID, or --compare A B" in both.err
+
+
+def test_baselines_judge_later_runs_and_schedules_are_managed(
+        stortune: Run, fleet: ControlPlane, agent: BenchAgent, tmp_path: Path) -> None:
+    spec = str(spec_file(tmp_path))
+    reference = run_id(stortune("bench", "run", "-f", spec).out)
+    set_ = stortune("bench", "baseline", "set", "r750-ref", "--run", reference)
+    assert set_.code == 0, set_.err
+    assert f"run {reference} is the reference of seq on hosts role=streamer" in set_.out
+    assert "r750-ref" in stortune("bench", "baseline", "show").out
+    agent.values = steady(0.6)
+    later = run_id(stortune("bench", "run", "-f", spec).out)
+    shown = stortune("bench", "show", later).out
+    assert f"Against baseline r750-ref (run {reference} on web-1): 0 better," in shown
+    assert stortune("bench", "baseline", "delete", "r750-ref").code == 0
+    assert stortune("bench", "baseline", "set", "x").code == 1
+
+    created = stortune("bench", "schedule", "create", "nightly", "--cron", "0 3 * * *", "-f", spec)
+    assert created.code == 0, created.err
+    assert "benchmarkschedule/nightly created; next run " in created.out
+    listed = stortune("bench", "schedule", "list").out
+    assert any(line.split()[:6] == ["nightly", "0", "3", "*", "*", "*"] for line in listed.splitlines())
+    bad = stortune("bench", "schedule", "create", "hourly", "--cron", "61 * * * *", "-f", spec)
+    assert bad.code == 1 and "spec.schedule" in bad.err
+    assert stortune("bench", "schedule", "delete", "nightly").code == 0
+
+
+def test_cancel_stops_a_running_run(stortune: Run, fleet: ControlPlane, agent: BenchAgent,
+                                    tmp_path: Path) -> None:
+    agent.auto = False
+    rid = run_id(stortune("bench", "run", "--no-wait", "-f", str(spec_file(tmp_path))).out)
+    with httpx.Client(base_url=fleet.url, headers={"Authorization": f"Bearer {fleet.admin_token}"}) as http:
+        for _ in range(500):
+            if http.get(f"/api/v1/benchmarks/runs/{rid}").json()["status"]["state"] == "running":
+                break
+            http.get("/healthz")
+    cancelled = stortune("bench", "cancel", rid)
+    assert cancelled.code == 0, cancelled.err
+    assert f"benchmarkrun/{rid}: cancel sent to the agent on web-1" in cancelled.out
+    assert cancelled.out.rstrip().endswith("cancelled")
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_live_progress_bar_on_a_terminal(fleet: ControlPlane, agent: BenchAgent, tmp_path: Path) -> None:
+    agent.auto = False
+    document = yaml.safe_load(spec_file(tmp_path).read_text())
+    screen = _Terminal()
+    out = Output(screen, io.StringIO())
+    with Client(fleet.url, token=fleet.admin_token) as client:
+        (run,) = client.start_benchmarks(document).items
+        steps: list[Any] = []
+
+        def advance(_seconds: float) -> None:
+            """Between two polls: the run moves on, and the server has stored it before the next."""
+            if not steps and run.id in agent.started:
+                agent.running(run.id, percent=42.0)
+                steps.append("running")
+                wanted = lambda r: r.progress.get("percent") == 42.0  # noqa: E731
+            elif steps == ["running"]:
+                agent.finish(run.id)
+                steps.append("done")
+                wanted = lambda r: r.state == "done"  # noqa: E731
+            else:
+                wanted = lambda r: r.id in agent.started  # noqa: E731
+            for _ in range(2000):
+                if wanted(client.get_benchmark_run(run.id)):
+                    return
+
+        final = bench._follow(client, out, [run.id], 0.01, sleep=advance)
+    assert [r.state for r in final] == ["done"]
+    shown = screen.getvalue()
+    assert "web-1" in shown and "42%" in shown and "400.0 MB/s" in shown and "step 1/2 seq-1m/read" in shown
+    assert "100%" in shown
+
+
+def test_device_rows_mark_the_slowest_member() -> None:
+    def stats(device: str, await_ms: float, slowest: bool = False) -> dict[str, Any]:
+        return {"device": device, "relation": "md-member", "read_iops": 100.0, "write_iops": 0.0,
+                "read_bytes_per_s": 4e6, "write_bytes_per_s": 0.0, "await_ms": await_ms,
+                "queue_depth": 1.0, "util_percent": 50.0, "slowest": slowest}
+
+    result = {"runs": [{"step": "seq-1m/read", "devices": [stats("sda", 1.0), stats("sdb", 9.0, True)]},
+                       {"step": "seq-1m/read", "devices": [stats("sda", 3.0), stats("sdb", 7.0)]}]}
+    headers, rows, styles = bench.device_rows(result)
+    assert headers[:3] == ["STEP", "DEVICE", "RELATION"]
+    assert [list(r)[:3] for r in rows] == [["seq-1m/read", "sda", "md-member"],
+                                          ["seq-1m/read", "sdb SLOWEST", "md-member"]]
+    assert [list(r)[7] for r in rows] == ["2.0", "8.0"]  # await, mean of the repeats
+    assert styles == ["", "red"]
+
+
+def test_iozone_rows_flag_noisy_phases() -> None:
+    table = {"workload": "iozone-seq", "phases": ["write", "rewrite", "read", "reread"],
+             "rows": [{"threads": 1, "bandwidth": {"write": 2e8, "read": 4e8}, "noisy": ["read"]}]}
+    headers, rows = bench.iozone_rows(table)
+    assert headers == ["THREADS", "WRITE MB/s", "REWRITE MB/s", "READ MB/s", "REREAD MB/s"]
+    cells = [c if isinstance(c, str) else c.text for c in rows[0]]
+    assert cells == ["1", "200.0", "-", "400.0 ~noisy", "-"]

@@ -1,0 +1,160 @@
+"""Hostile requests and what each must get back; shared by the in-process and the real-server tests.
+
+Every case is sent with any httpx client (the TestClient is one) as an admin,
+so nothing but the input itself can be the reason it is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+
+from stortune.server.settings import Settings
+from tests.server.builders import API, profile_doc, registration
+
+#: What the servers under test are started with, so the cases know where the limits are.
+MAX_BODY = 512 * 1024  # above the 256 KiB annotations may take, to test that cap too
+MAX_DEPTH: int = Settings.model_fields["max_document_depth"].default
+
+JSON = {"content-type": "application/json"}
+YAML = {"content-type": "application/yaml"}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    send: Callable[[httpx.Client], httpx.Response]
+    code: int
+    message: str  # in the Status message, or the first cause's field and message
+    field: str | None = None
+
+
+def _chunks(total: int, size: int = 16 * 1024) -> Iterator[bytes]:
+    """A body streamed without Content-Length (chunked transfer encoding)."""
+    sent = 0
+    while sent < total:
+        yield b" " * min(size, total - sent)
+        sent += size
+
+
+def _many_labels(n: int) -> dict[str, str]:
+    return {f"k{i}": "v" for i in range(n)}
+
+
+def _profile_with(**metadata: object) -> dict[str, object]:
+    doc = profile_doc("hostile")
+    doc["metadata"] = {**doc["metadata"], **metadata}  # type: ignore[dict-item]
+    return doc
+
+
+def _selector_profile(selector: dict[str, object]) -> dict[str, object]:
+    return profile_doc("hostile", selector=selector)
+
+
+_DEEP_JSON = "[" * 100_000 + "]" * 100_000
+_BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" + \
+    "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
+
+CASES = [
+    Case("oversized body with Content-Length",
+         lambda c: c.post(f"{API}/profiles", content=b" " * (MAX_BODY + 1), headers=JSON),
+         413, f"larger than {MAX_BODY} bytes"),
+    Case("oversized chunked body",
+         lambda c: c.post(f"{API}/profiles", content=_chunks(MAX_BODY * 4), headers=JSON),
+         413, f"larger than {MAX_BODY} bytes"),
+    Case("oversized body to a model route",
+         lambda c: c.post(f"{API}/agents/register", content=_chunks(MAX_BODY * 4), headers=JSON),
+         413, f"larger than {MAX_BODY} bytes"),
+    Case("YAML alias bomb",
+         lambda c: c.post(f"{API}/profiles", content=_BOMB, headers=YAML),
+         400, "aliases"),
+    Case("deeply nested JSON document",
+         lambda c: c.post(f"{API}/profiles", content=f'{{"metadata": {_DEEP_JSON}}}', headers=JSON),
+         400, f"more than {MAX_DEPTH} levels"),
+    Case("deeply nested JSON to a model route",
+         lambda c: c.put(f"{API}/hosts/h1/labels", content=f'{{"labels": {_DEEP_JSON}}}', headers=JSON),
+         400, f"more than {MAX_DEPTH} levels"),
+    Case("deeply nested JSON hidden in strings and escapes is measured right",
+         lambda c: c.post(f"{API}/agents/register",
+                          content='{"name": "h9", "x": "[[[\\"[[", "y": ' + _DEEP_JSON + "}", headers=JSON),
+         400, f"more than {MAX_DEPTH} levels"),
+    Case("deeply nested YAML (flow)",
+         lambda c: c.post(f"{API}/profiles", content="a: " + "[" * 5000 + "]" * 5000, headers=YAML),
+         400, f"more than {MAX_DEPTH} levels"),
+    Case("deeply nested YAML (block)",
+         lambda c: c.post(f"{API}/profiles", headers=YAML, content="".join(
+             f"{'  ' * i}k{i}:\n" for i in range(200)) + "  " * 200 + "x: 1\n"),
+         400, f"more than {MAX_DEPTH} levels"),
+    Case("huge label set on a host (PUT)",
+         lambda c: c.put(f"{API}/hosts/h1/labels", json={"labels": _many_labels(5000)}),
+         422, "at most 64", field="labels"),
+    Case("huge label set on a host (PATCH)",
+         lambda c: c.patch(f"{API}/hosts/h1/labels", json={"labels": _many_labels(5000)}),
+         422, "at most 64", field="labels"),
+    Case("huge label set in a registration",
+         lambda c: c.post(f"{API}/agents/register", json=registration("h9", labels=_many_labels(5000))),
+         422, "at most 64", field="labels"),
+    Case("huge fact set in a registration",
+         lambda c: c.post(f"{API}/agents/register", json={
+             **registration("h9"), "facts": {f"f{i}": i for i in range(5000)}}),
+         422, "at most 64", field="facts"),
+    Case("huge label set on a profile",
+         lambda c: c.post(f"{API}/profiles", json=_profile_with(labels=_many_labels(5000))),
+         422, "at most 64", field="metadata.labels"),
+    Case("huge annotations on a profile",
+         lambda c: c.post(f"{API}/profiles", json=_profile_with(annotations={"a": "x" * 200_000,
+                                                                             "b": "y" * 70_000})),
+         422, "at most 262144", field="metadata.annotations"),
+    Case("huge selector in a profile",
+         lambda c: c.post(f"{API}/profiles", json=_selector_profile({"matchLabels": _many_labels(5000)})),
+         422, "at most 64", field="spec.hostSelector.matchLabels"),
+    Case("huge selector values in a profile",
+         lambda c: c.post(f"{API}/profiles", json=_selector_profile({"matchExpressions": [
+             {"key": "role", "operator": "In", "values": [f"v{i}" for i in range(5000)]}]})),
+         422, "at most 64", field="spec.hostSelector.matchExpressions[0].values"),
+    Case("huge selector query",
+         lambda c: c.get(f"{API}/hosts", params={"labelSelector": ",".join(f"k{i}=v" for i in range(2000))}),
+         422, "at most 4096", field="query.labelSelector"),
+    Case("host label value that is not label syntax",
+         lambda c: c.put(f"{API}/hosts/h1/labels", json={"labels": {"tier": "gold plated"}}),
+         422, "label 'tier'", field="labels"),
+    Case("host label key that is not label syntax",
+         lambda c: c.patch(f"{API}/hosts/h1/labels", json={"labels": {"-tier": "gold"}}),
+         422, "label '-tier'", field="labels"),
+    Case("registration label that is not label syntax",
+         lambda c: c.post(f"{API}/agents/register", json=registration("h9", labels={"role": "a/b"})),
+         422, "label 'role'", field="labels"),
+    Case("profile label that is not label syntax",
+         lambda c: c.post(f"{API}/profiles", json=_profile_with(labels={"team": "x" * 64})),
+         422, "is not valid", field="metadata.labels"),
+    Case("selector value that is not label syntax",
+         lambda c: c.post(f"{API}/profiles", json=_selector_profile({"matchExpressions": [
+             {"key": "role", "operator": "In", "values": ["stream er"]}]})),
+         422, "'stream er' is not valid", field="spec.hostSelector.matchExpressions[0].values"),
+    Case("selector query value that is not label syntax",
+         lambda c: c.get(f"{API}/hosts", params={"labelSelector": "role in (a b)"}),
+         422, "", field="labelSelector"),
+]
+
+
+def check(case: Case, response: httpx.Response) -> None:
+    assert response.status_code == case.code, (case.name, response.text[:500])
+    body = response.json()
+    assert body["kind"] == "Status" and body["code"] == case.code, case.name
+    if case.field is None:
+        assert case.message in body["message"], (case.name, body["message"])
+        return
+    cause = body["details"]["causes"][0]
+    assert cause["field"] == case.field, (case.name, body)
+    assert case.message in cause["message"], (case.name, body)
+
+
+def still_serving(client: httpx.Client) -> None:
+    """A normal write and read right after: the hostile request left no damage."""
+    labelled = client.patch(f"{API}/hosts/h1/labels", json={"labels": {"checked": "yes"}})
+    assert labelled.status_code == 200, labelled.text
+    assert client.get(f"{API}/hosts/h1").json()["spec"]["labels"]["checked"] == "yes"
+    assert client.post(f"{API}/agents/h1/heartbeat",
+                       json={"topology_hash": "", "boot_id": "boot-1"}).status_code == 200

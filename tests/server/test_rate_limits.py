@@ -1,0 +1,77 @@
+"""Per-token rate limits of expensive calls: token buckets, 429 with Retry-After."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pytest
+from fastapi import APIRouter, FastAPI
+
+from stortune.server.api.ratelimit import RateLimited, RateLimiter
+from stortune.server.api.security import Authorized
+from stortune.server.auth import Permission, Principal
+from tests.server.builders import API, loop_topology, profile_doc, registration
+from tests.server.support import AppFactory, FakeClock, TestClient, bearer, issue_token
+
+
+def test_bucket_allows_a_burst_then_the_rate(clock: FakeClock) -> None:
+    limiter = RateLimiter()
+
+    def take(key: str = "t1") -> float:
+        return limiter.take("dry-run", key, per_minute=6, burst=3, now=clock())
+
+    assert [take() for _ in range(3)] == [0, 0, 0]
+    assert take() == 10.0  # one call every 10 s
+    assert take("t2") == 0  # another token has its own bucket
+    clock.advance(9)
+    assert take() == pytest.approx(1.0)
+    clock.advance(1)
+    assert take() == 0
+    clock.advance(3600)  # refills up to the burst, not beyond
+    assert [take() for _ in range(4)] == [0, 0, 0, 10.0]
+
+
+def test_many_tokens_do_not_grow_without_bound(clock: FakeClock) -> None:
+    limiter = RateLimiter(max_buckets=10)
+    for i in range(100):
+        limiter.take("x", f"t{i}", per_minute=60, burst=1, now=clock.advance(1))
+    assert len(limiter._buckets) <= 10
+    # A bucket still spent survives pruning while its key keeps calling.
+    assert limiter.take("x", "t99", per_minute=60, burst=1, now=clock()) > 0
+
+
+def test_dry_runs_are_rate_limited_per_token(make_app: AppFactory, clock: FakeClock) -> None:
+    app = make_app(rate_limits={"dry-run": 4})  # 4 a minute; the burst scales down to 2
+    one, other = issue_token(app, "operator"), issue_token(app, "operator")
+    with TestClient(app, headers=bearer(one)) as client:
+        client.post(f"{API}/agents/register", json=registration("h1", topology=loop_topology()),
+                    headers=bearer(issue_token(app, "agent")))
+        dry = f"{API}/profiles?dryRun=All"
+        assert [client.post(dry, json=profile_doc()).status_code for _ in range(2)] == [200, 200]
+        refused = client.post(dry, json=profile_doc())
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "15"
+        assert refused.json()["reason"] == "TooManyRequests" and "'dry-run'" in refused.json()["message"]
+        assert client.post(dry, json=profile_doc(), headers=bearer(other)).status_code == 200
+        assert client.post(f"{API}/profiles", json=profile_doc()).status_code == 201  # not a dry run
+        assert client.put(f"{API}/profiles/streaming?dryRun=All", json=profile_doc()).status_code == 429
+        clock.advance(15)
+        assert client.put(f"{API}/profiles/streaming?dryRun=All", json=profile_doc()).status_code == 200
+
+
+def test_a_route_can_declare_its_limit(app: FastAPI, clock: FakeClock) -> None:
+    """How the diagnostics and benchmark routes will use it: RateLimited(...) on the route."""
+    router = APIRouter(prefix=f"{API}/hosts")
+
+    @router.get("/{name}/expensive-example", dependencies=[RateLimited("diagnostics", per_minute=2, burst=1)])
+    def expensive(who: Annotated[Principal, Authorized(Permission.READ_HOSTS)]) -> dict[str, bool]:
+        return {"ok": True}
+
+    app.include_router(router)
+    with TestClient(app, headers=bearer(issue_token(app, "viewer"))) as client:
+        url = f"{API}/hosts/h1/expensive-example"
+        assert client.get(url).status_code == 200
+        refused = client.get(url)
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "30"
+        clock.advance(30)
+        assert client.get(url).status_code == 200

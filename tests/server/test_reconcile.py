@@ -1,0 +1,396 @@
+"""The reconciler end to end: the app with its real reconciler, agents faked at the gRPC seam.
+
+Each test runs on SQLite and PostgreSQL. The reconciler works in the app's
+event loop while the test drives the REST API and the fake agent; waits poll
+with a deadline (``eventually``), never a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from stortune.server.agentclient import FakeAgentClient, FakeAgentClients, HostInfo
+from stortune.server.db.tables import HostConditionChange
+from tests.server.builders import API, loop_topology, profile_doc, registration
+from tests.server.conftest import Eventually
+from tests.server.support import AppFactory, FakeClock, TestClient, admin_client
+
+ADDRESS = "h1.example:7443"  # what registration("h1") advertises
+INTERVAL = 0.5  # the periodic pass, short for tests
+
+
+def host_info(boot_id: str = "boot-1") -> HostInfo:
+    return HostInfo(hostname="h1", kernel="6.1.0", boot_id=boot_id, agent_version="fake")
+
+
+@pytest.fixture
+def agents() -> FakeAgentClients:
+    return FakeAgentClients()
+
+
+@pytest.fixture
+def agent(agents: FakeAgentClients) -> FakeAgentClient:
+    return agents.add(FakeAgentClient(address=ADDRESS, topology=loop_topology(), info=host_info()))
+
+
+@pytest.fixture
+def app(make_app: AppFactory, agents: FakeAgentClients) -> FastAPI:
+    return make_app(agents=agents, reconcile_interval_s=INTERVAL)
+
+
+@pytest.fixture
+def client(app: FastAPI) -> Iterator[TestClient]:
+    with admin_client(app) as test_client:
+        yield test_client
+
+
+# -- reading what the reconciler wrote ----------------------------------------------------
+def status(client: TestClient) -> dict[str, Any]:
+    body: dict[str, Any] = client.get(f"{API}/hosts/h1/status").json()
+    return body
+
+
+def condition(client: TestClient, type: str) -> tuple[str, str]:
+    found = next((c for c in status(client)["conditions"] if c["type"] == type), None)
+    return ("Unknown", "") if found is None else (found["status"], found["reason"])
+
+
+def events(client: TestClient, reason: str, **params: str) -> list[dict[str, Any]]:
+    items = client.get(f"{API}/events", params={"limit": "1000", **params}).json()["items"]
+    return [e for e in items if e["reason"] == reason]
+
+
+def value(agent: FakeAgentClient, tunable: str = "read_ahead_kb") -> Any:
+    loop = agent.topology.device("loop0")
+    assert loop is not None
+    return loop.tunables[tunable].value
+
+
+def set_value(agent: FakeAgentClient, value: int, tunable: str = "read_ahead_kb") -> None:
+    """Change a setting behind stortune's back."""
+    loop = agent.topology.device("loop0")
+    assert loop is not None
+    loop.tunables[tunable].value, loop.tunables[tunable].raw = value, str(value)
+
+
+def calls(agent: FakeAgentClient, method: str) -> int:
+    return sum(name == method for name, _ in list(agent.calls))
+
+
+def passes(eventually: Eventually, agent: FakeAgentClient, n: int = 3) -> None:
+    """Wait until the reconciler has looked at the agent ``n`` more times."""
+    start = len(agent.calls)
+    eventually(lambda: sum(m == "get_observed" for m, _ in list(agent.calls)[start:]) >= n,
+               what=f"{n} more reconciles")
+
+
+def converged(client: TestClient, eventually: Eventually, applied: dict[str, int]) -> dict[str, Any]:
+    def ready() -> dict[str, Any] | None:
+        st = status(client)
+        ok = st["appliedGenerations"] == applied and condition(client, "Ready") == ("True", "Reconciled")
+        return st if ok else None
+
+    found: dict[str, Any] = eventually(ready, what=f"Ready with {applied} applied")
+    return found
+
+
+def history(app: FastAPI, type: str) -> list[tuple[str, str]]:
+    with app.state.sessions() as session:
+        rows = session.scalars(select(HostConditionChange).where(HostConditionChange.type == type)
+                               .order_by(HostConditionChange.id)).all()
+        return [(r.status, r.reason) for r in rows]
+
+
+def setup_streaming(client: TestClient, eventually: Eventually, **doc: Any) -> dict[str, Any]:
+    client.post(f"{API}/agents/register", json=registration("h1"))
+    body = profile_doc(**doc)
+    assert client.post(f"{API}/profiles", json=body).status_code == 201
+    return converged(client, eventually, {body["metadata"]["name"]: 1})
+
+
+# -- converging ------------------------------------------------------------------------------
+def test_profile_applied_and_host_ready_with_its_settings_table(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    st = setup_streaming(client, eventually)
+    assert value(agent) == 4096
+    assert st["devices"] == [{
+        "device": "loop0", "deviceId": "name:loop0", "tunable": "read_ahead_kb", "desired": 4096,
+        "observed": 4096, "inSync": True, "profile": "streaming", "rule": "loops", "mode": "enforce",
+        "generation": 1, "drifted": False, "message": ""}]
+    conditions = {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]}
+    assert conditions == {"Ready": ("True", "Reconciled"), "Reachable": ("True", "AgentRegistered"),
+                          "Applied": ("True", "Applied"), "Drifted": ("False", "NoDrift")}
+    assert st["checkedBootId"] == st["appliedBootId"] == "boot-1"
+    assert client.get(f"{API}/hosts/h1/topology").json()["devices"][0]["name"] == "loop0"
+    (applied,) = events(client, "Applied", host="h1")
+    assert applied["message"].startswith("streaming (generation 1): apply: 1 setting(s) changed")
+    profile = eventually(lambda: (p := client.get(f"{API}/profiles/streaming").json())["status"]
+                         .get("hosts", {}).get("applied") == 1 and p)
+    assert profile["status"] == {"observedGeneration": 1, "phase": "Applied",
+                                 "hosts": {"matched": 1, "applied": 1, "failed": 0, "pending": 0}}
+
+
+def test_generation_bump_is_applied_and_followed(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    setup_streaming(client, eventually)
+    updated = client.put(f"{API}/profiles/streaming", json=profile_doc(settings={"read_ahead_kb": 8192}))
+    assert updated.json()["metadata"]["generation"] == 2
+    st = converged(client, eventually, {"streaming": 2})
+    assert value(agent) == 8192
+    assert [(d["desired"], d["observed"], d["generation"]) for d in st["devices"]] == [(8192, 8192, 2)]
+    eventually(lambda: client.get(f"{API}/profiles/streaming").json()["status"].get("observedGeneration")
+               == 2, what="profile status at generation 2")
+
+
+def test_idle_passes_write_nothing(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    setup_streaming(client, eventually)
+    passes(eventually, agent, 2)
+    version = client.get(f"{API}/hosts/h1").json()["metadata"]["resourceVersion"]
+    applies = calls(agent, "apply")
+    passes(eventually, agent, 3)
+    assert client.get(f"{API}/hosts/h1").json()["metadata"]["resourceVersion"] == version
+    assert calls(agent, "apply") == applies
+
+
+# -- drift ------------------------------------------------------------------------------------
+def test_drift_is_reported_and_corrected_in_enforce_mode(
+    app: FastAPI, client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    setup_streaming(client, eventually)
+    set_value(agent, 128)
+    (corrected,) = eventually(lambda: events(client, "Corrected", host="h1"), what="a Corrected event")
+    assert corrected["message"] == "loop0 read_ahead_kb set back to 4096 (streaming/loops)"
+    (drift,) = events(client, "Drift", host="h1")
+    assert drift["type"] == "Warning" and drift["profile"] == "streaming"
+    assert drift["message"] == ("loop0 read_ahead_kb observed 128, desired 4096 (streaming/loops): "
+                                "changed while the agent was running")
+    assert value(agent) == 4096
+    converged(client, eventually, {"streaming": 1})
+    assert condition(client, "Drifted") == ("False", "NoDrift")
+    assert history(app, "Drifted") == [("False", "NoDrift"), ("True", "Drift"), ("False", "NoDrift")]
+
+
+def test_drift_is_only_reported_in_audit_mode(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    set_value(agent, 4096)  # already as the profile wants it
+    doc = profile_doc("audited")
+    doc["spec"]["mode"] = "audit"
+    client.post(f"{API}/agents/register", json=registration("h1"))
+    client.post(f"{API}/profiles", json=doc)
+    converged(client, eventually, {"audited": 1})
+    applies = calls(agent, "apply")
+
+    set_value(agent, 128)
+    eventually(lambda: condition(client, "Drifted") == ("True", "Drift"), what="Drifted=True")
+    assert condition(client, "Ready") == ("False", "Drift")
+    passes(eventually, agent, 3)
+    assert value(agent) == 128 and calls(agent, "apply") == applies
+    assert condition(client, "Drifted") == ("True", "Drift")  # stays while it lasts
+    (drift,) = events(client, "Drift", host="h1")  # once, not once per pass
+    assert drift["count"] == 1 and drift["message"].endswith("changed while the agent was running")
+    (row,) = status(client)["devices"]
+    assert (row["observed"], row["inSync"], row["drifted"], row["mode"]) == (128, False, True, "audit")
+
+    set_value(agent, 4096)  # put back by hand
+    eventually(lambda: condition(client, "Ready") == ("True", "Reconciled"), what="Ready again")
+
+
+def test_drift_after_a_reboot_names_the_reboot(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    setup_streaming(client, eventually)
+    agent.unreachable()  # down while it reboots, so no look sees half of the change
+    eventually(lambda: condition(client, "Reachable")[0] == "False", what="down")
+    agent.info = host_info("boot-2")
+    set_value(agent, 128)  # the kernel's default came back with the reboot
+    agent.fail("*", None)
+    (drift,) = eventually(lambda: events(client, "Drift", host="h1"), what="a Drift event")
+    assert drift["message"].endswith(": reset since last check (host rebooted)")
+    st = eventually(lambda: (s := status(client))["appliedBootId"] == "boot-2" and s)
+    assert st["checkedBootId"] == "boot-2" and value(agent) == 4096
+
+
+# -- failures ----------------------------------------------------------------------------------
+def test_unreachable_agent_one_event_then_recovery(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    setup_streaming(client, eventually)
+    agent.unreachable("connection refused")
+    eventually(lambda: condition(client, "Reachable") == ("False", "AgentUnreachable"), what="unreachable")
+    passes(eventually, agent, 3)  # retried meanwhile (the calls fail but are counted)
+    reachable = next(c for c in status(client)["conditions"] if c["type"] == "Reachable")
+    assert reachable["message"] == f"{ADDRESS}: connection refused"
+    assert condition(client, "Ready") == ("False", "AgentUnreachable")
+    (warning,) = events(client, "Unreachable", host="h1")
+    assert warning["type"] == "Warning" and warning["count"] == 1
+
+    agent.fail("*", None)
+    eventually(lambda: condition(client, "Ready") == ("True", "Reconciled"), what="Ready again")
+    assert condition(client, "Reachable") == ("True", "AgentResponded")
+    assert len(events(client, "Reachable", host="h1")) == 1
+
+
+def test_rejected_settings_are_terminal_until_the_spec_changes(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    client.post(f"{API}/agents/register", json=registration("h1"))
+    client.post(f"{API}/profiles", json=profile_doc(settings={"scheduler": "bfq"}))
+    eventually(lambda: condition(client, "Applied") == ("False", "Rejected"), what="Applied=False")
+    passes(eventually, agent, 4)
+    assert calls(agent, "apply") == 0  # nothing is sent that the agent would refuse
+    assert condition(client, "Ready") == ("False", "Rejected")
+    (warning,) = events(client, "Rejected", host="h1")
+    assert warning["count"] == 1
+    assert "loop0 scheduler=bfq (streaming/loops)" in warning["message"]
+    assert "offered: none, mq-deadline" in warning["message"]
+    eventually(lambda: client.get(f"{API}/profiles/streaming").json()["status"].get("phase") == "Failed")
+
+    client.put(f"{API}/profiles/streaming", json=profile_doc(settings={"scheduler": "mq-deadline"}))
+    converged(client, eventually, {"streaming": 2})
+    assert value(agent, "scheduler") == "mq-deadline" and calls(agent, "apply") == 1
+
+
+def test_busy_agent_is_retried(client: TestClient, agent: FakeAgentClient, eventually: Eventually) -> None:
+    from stortune.server.agentclient import AgentBusy
+
+    agent.fail("apply", AgentBusy(ADDRESS, "state directory locked", "ABORTED"), times=2)
+    setup_streaming(client, eventually)
+    assert calls(agent, "apply") == 3 and not events(client, "ApplyFailed", host="h1")
+
+
+# -- finalizers --------------------------------------------------------------------------------
+def test_deleted_profile_is_restored_then_removed(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    setup_streaming(client, eventually)
+    response = client.delete(f"{API}/profiles/streaming")
+    assert response.status_code == 202
+    eventually(lambda: client.get(f"{API}/profiles/streaming").status_code == 404, what="profile gone")
+    assert value(agent) == 128  # the original, restored by the agent
+    assert status(client)["appliedGenerations"] == {}
+    (restored,) = events(client, "Restored", profile="streaming")
+    assert restored["involvedObject"] == {"kind": "StorageProfile", "name": "streaming"}
+    assert restored["message"] == "h1 restored the settings of streaming: the profile is being deleted"
+    assert [e["reason"] for e in events(client, "Deleted", profile="streaming")] == ["Deleted"]
+    eventually(lambda: condition(client, "Applied") == ("True", "NoProfiles"))
+
+
+def test_deleting_the_host_releases_the_finalizer(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    setup_streaming(client, eventually)
+    agent.unreachable()
+    eventually(lambda: condition(client, "Reachable")[0] == "False", what="unreachable")
+    assert client.delete(f"{API}/profiles/streaming").status_code == 202
+    passes(eventually, agent, 2)
+    pending = eventually(lambda: (p := client.get(f"{API}/profiles/streaming").json())["status"]
+                         .get("phase") == "Deleting" and p, what="Deleting status")
+    assert pending["metadata"]["deletionTimestamp"] and pending["status"]["restoringHosts"] == ["h1"]
+
+    assert client.delete(f"{API}/hosts/h1").status_code == 200
+    assert client.get(f"{API}/profiles/streaming").status_code == 404  # released in the same write
+
+
+# -- leases and restarts -------------------------------------------------------------------------
+def test_lease_expiry_holds_reachable_false_until_a_heartbeat(
+    client: TestClient, agent: FakeAgentClient, clock: FakeClock, eventually: Eventually,
+) -> None:
+    setup_streaming(client, eventually)
+    clock.advance(16)
+    eventually(lambda: condition(client, "Reachable") == ("False", "LeaseExpired"), what="lease expired")
+    reachable = next(c for c in status(client)["conditions"] if c["type"] == "Reachable")
+    assert reachable["message"] == "no heartbeat since 2025-03-01T12:00:00+00:00"
+    passes(eventually, agent, 3)  # the agent still answers gRPC; that does not renew a lease
+    assert condition(client, "Reachable") == ("False", "LeaseExpired")
+    assert condition(client, "Ready") == ("False", "LeaseExpired")
+
+    client.post(f"{API}/agents/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"})
+    assert condition(client, "Reachable") == ("True", "LeaseRenewed")
+    eventually(lambda: condition(client, "Ready") == ("True", "Reconciled"))
+
+
+def test_a_restarted_server_keeps_status_and_reconciles_again(
+    make_app: AppFactory, agents: FakeAgentClients, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    first = make_app(agents=agents, reconcile_interval_s=INTERVAL)
+    with admin_client(first) as client:
+        before = setup_streaming(client, eventually)
+        applied_events = events(client, "Applied", host="h1")
+    first.state.engine.dispose()
+    looked, applies = calls(agent, "get_observed"), calls(agent, "apply")
+
+    # A long interval: only the pass at start can be what reconciles the host.
+    second = make_app(agents=agents, reconcile_interval_s=60)
+    with admin_client(second) as client:
+        eventually(lambda: calls(agent, "get_observed") > looked, what="a reconcile after the restart")
+        after = status(client)
+        assert after["conditions"] == before["conditions"]  # lastTransitionTime included
+        assert after["appliedGenerations"] == {"streaming": 1}
+        assert events(client, "Applied", host="h1") == applied_events
+    assert calls(agent, "apply") == applies  # in sync: nothing to apply again
+
+
+def test_the_server_reconciles_by_default_at_most_every_minute(
+    make_app: AppFactory, capsys: pytest.CaptureFixture[str],
+) -> None:
+    from stortune.server import cli
+    from stortune.server.reconciler import Reconciler
+
+    reconciler = make_app(controller=None, reconcile_interval_s=60).state.controller
+    assert isinstance(reconciler, Reconciler) and reconciler.interval == 60
+    assert cli.main(["--db", "sqlite://", "--reconcile-interval", "61"]) == 2
+    assert "reconcile_interval_s" in capsys.readouterr().err
+
+
+def test_the_periodic_pass_does_not_cut_a_backoff_short(db_url: str) -> None:
+    """A host failing with a long backoff is not retried at every pass; the other hosts are looked at."""
+    from stortune.server.agentclient import AgentBusy
+    from stortune.server.controller import bind
+    from stortune.server.db.engine import make_engine, make_sessions
+    from stortune.server.db.migrate import upgrade
+    from stortune.server.models.agents import Registration
+    from stortune.server.reconciler import Reconciler
+    from stortune.server.reconciler.queue import Backoff
+    from stortune.server.services import hosts, profiles
+
+    agents = FakeAgentClients()
+    failing = agents.add(FakeAgentClient(address=ADDRESS, topology=loop_topology(), info=host_info()))
+    healthy = agents.add(FakeAgentClient(address="h2.example:7443", topology=loop_topology("h2")))
+    failing.fail("apply", AgentBusy(ADDRESS, "locked", "ABORTED"))
+    engine = make_engine(db_url)
+    upgrade(engine)
+    sessions = make_sessions(engine)
+    clock = FakeClock()
+    with sessions() as session:
+        for name in ("h1", "h2"):
+            hosts.register(session, Registration.model_validate(registration(name)),
+                           lease_duration_s=15, now=clock())
+        profiles.create(session, profiles.validate(profile_doc()), clock())
+
+    async def scenario() -> None:
+        reconciler = Reconciler(sessions, agents, interval=0.05, clock=clock,
+                                backoff=lambda: Backoff(base=3600, cap=3600))
+        bind(sessions, reconciler)
+        await reconciler.start()
+        try:
+            while calls(healthy, "get_observed") < 10:  # ten passes at least
+                await asyncio.sleep(0.01)
+        finally:
+            await reconciler.stop()
+
+    try:
+        asyncio.run(asyncio.wait_for(scenario(), timeout=15))
+    finally:
+        engine.dispose()
+    assert calls(failing, "apply") == 1 and calls(healthy, "apply") == 1
