@@ -80,3 +80,36 @@ def test_files_that_do_not_belong_together_are_named(tmp_path: Path, ca: tls.Cer
         files.read()
     with pytest.raises(tls.TLSError, match="certs init"):
         tls.load_pki(tmp_path / "nowhere")
+
+
+def test_an_agent_checks_its_own_identity_as_a_peer_would(
+        tmp_path: Path, ca: tls.CertificateAuthority) -> None:
+    """TLSFiles.server_identity (the standard library's handshake) agrees with cryptography's view."""
+    files = tls.TLSFiles.in_dir(tmp_path, "agent")
+    key = tls.new_key()
+    cert = ca.sign_agent(tls.make_csr(key, "h"), "h")
+    files.write(key, cert, ca.cert_pem)
+    identity = files.server_identity("h")
+    assert identity.names == frozenset(tls.cert_names(cert))
+    assert identity.not_after == tls.expires(cert).replace(microsecond=0)
+    assert not identity.needs_renewal()
+    with pytest.raises(tls.TLSError, match="'other'"):
+        files.server_identity("other")
+    # From another CA, or our CA's control-plane (client) certificate: a peer would refuse both.
+    foreign = tls.CertificateAuthority.create()
+    files.write(key, foreign.sign_agent(tls.make_csr(key, "h"), "h"), ca.cert_pem)
+    with pytest.raises(tls.TLSError, match="does not verify"):
+        files.server_identity("h")
+    pair = ca.issue_control_plane()
+    files.write(pair.key_pem, pair.cert_pem, ca.cert_pem)
+    with pytest.raises(tls.TLSError):
+        files.server_identity(tls.CONTROL_PLANE_NAME)
+    # Expired: the verifier says so.
+    old = dt.datetime(2020, 1, 1, tzinfo=dt.UTC)
+    files.write(key, ca.sign_agent(tls.make_csr(key, "h"), "h", days=30, now=old), ca.cert_pem)
+    with pytest.raises(tls.TLSError, match="expired"):
+        files.server_identity("h")
+    # Due for renewal within a month, though still valid.
+    soon = dt.datetime.now(dt.UTC) - dt.timedelta(days=360)
+    files.write(key, ca.sign_agent(tls.make_csr(key, "h"), "h", days=365, now=soon), ca.cert_pem)
+    assert files.server_identity("h").needs_renewal()

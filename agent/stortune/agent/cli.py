@@ -23,7 +23,7 @@ from stortune.schemas.documents import DocumentError
 from stortune.schemas.profile import check_labels
 
 if TYPE_CHECKING:
-    from stortune.api.agent.tls import TLSFiles
+    from stortune.api.agent.tlsfiles import TLSFiles
 
 EXIT_OK, EXIT_ERROR, EXIT_PENDING = 0, 1, 2
 DEFAULT_STATE_DIR = "/var/lib/stortune"
@@ -277,7 +277,7 @@ def _tls_files(args: argparse.Namespace) -> TLSFiles | None:
         raise local.AgentError("--tls-cert, --tls-key and --tls-ca go together")
     if args.insecure:
         raise local.AgentError("--insecure and --tls-* contradict each other")
-    from stortune.api.agent.tls import TLSFiles  # cryptography: only for the managed agent
+    from stortune.api.agent.tlsfiles import TLSFiles
 
     return TLSFiles(key=Path(args.tls_key), cert=Path(args.tls_cert), ca=Path(args.tls_ca))
 

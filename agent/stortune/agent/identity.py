@@ -9,9 +9,10 @@ Files given on the command line (``--tls-cert/--tls-key/--tls-ca``, e.g. from
 the site's own PKI) are used as they are and never replaced. Without them the
 agent keeps its own under ``STATE_DIR/tls`` and asks for a new certificate at
 start when it has none, when it no longer fits its key or name, and a month
-before it expires (``tls.RENEW_BEFORE``).
+before it expires (``tlsfiles.RENEW_BEFORE``).
 
-No grpc here; the serving side is ``mtls``.
+No grpc here; the serving side is ``mtls``. cryptography (``tls``) is imported
+only to make a key and a CSR: an agent whose certificate is good does without.
 """
 
 from __future__ import annotations
@@ -24,8 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stortune.agent.registration import RequestFailed, backoff_delay, call_json
-from stortune.api.agent import tls
-from stortune.api.agent.tls import TLSError, TLSFiles
+from stortune.api.agent.tlsfiles import TLSError, TLSFiles
 
 log = logging.getLogger("stortune.agent.identity")
 
@@ -52,20 +52,17 @@ class Enrollment:
 def usable(files: TLSFiles, name: str) -> str | None:
     """Why the files cannot serve as this agent's identity now, or None when they can."""
     try:
-        _key, cert, ca = files.read()
+        identity = files.server_identity(name)
     except TLSError as exc:
         return str(exc)
-    if name not in tls.cert_names(cert):
-        return f"the certificate names {sorted(tls.cert_names(cert))}, not {name!r}"
-    if not tls.issued_by(cert, ca):
-        return "the certificate was not issued by the CA next to it"
-    if tls.needs_renewal(cert):
-        return f"the certificate expires {tls.expires(cert):%Y-%m-%d}"
+    if identity.needs_renewal():
+        return f"the certificate expires {identity.not_after:%Y-%m-%d}"
     return None
 
 
 def request_certificate(enrollment: Enrollment, key_pem: bytes) -> tuple[bytes, bytes]:
     """One CSR round trip: (certificate, CA) PEM. RequestFailed when the server says no."""
+    from stortune.api.agent import tls
     if not enrollment.server.startswith(("http://", "https://")):
         raise EnrollmentError(f"server URL {enrollment.server!r} must start with http:// or https://")
     _, data = call_json(urllib.request.build_opener(), enrollment.server.rstrip("/"), "POST",
@@ -89,6 +86,8 @@ def enroll(files: TLSFiles, enrollment: Enrollment, stop: threading.Event) -> No
     why = usable(files, enrollment.name)
     if why is None:
         return
+    from stortune.api.agent import tls  # cryptography: only now that a key and a CSR are needed
+
     try:
         key = files.key.read_bytes()
         tls.make_csr(key, enrollment.name)

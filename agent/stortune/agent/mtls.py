@@ -21,7 +21,8 @@ from typing import Any
 
 import grpc
 
-from stortune.api.agent.tls import CONTROL_PLANE_NAME, TLSFiles
+from stortune.api.agent import CONTROL_PLANE_NAME
+from stortune.api.agent.tlsfiles import TLSFiles
 
 log = logging.getLogger("stortune.agent.mtls")
 

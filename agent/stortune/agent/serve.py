@@ -35,8 +35,8 @@ from stortune.agent.journal import BenchmarkBusyError, StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.registration import Registrar, RegistrationConfig, default_name, host_facts
 from stortune.agent.rpc import AgentService, BenchmarkRegistry, agent_version
-from stortune.api.agent import wire
-from stortune.api.agent.tls import CONTROL_PLANE_NAME, TLSError, TLSFiles
+from stortune.api.agent import CONTROL_PLANE_NAME, wire
+from stortune.api.agent.tlsfiles import TLSError, TLSFiles
 
 log = logging.getLogger("stortune.agent.serve")
 

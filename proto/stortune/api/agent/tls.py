@@ -15,15 +15,14 @@ certificate is signed by it too:
 * the control plane verifies the chain and that the certificate names the
   host it dialled (gRPC's target-name check against the SAN).
 
-No grpc here: registration, which runs without grpc, makes CSRs too.
+No grpc here: registration, which runs without grpc, makes CSRs too. The files
+and the checks an agent makes while serving are in ``tlsfiles`` (no cryptography).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,21 +33,17 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from stortune.api.agent import CONTROL_PLANE_NAME
+from stortune.api.agent.tlsfiles import RENEW_BEFORE, TLSError, TLSFiles, write_private
 
-__all__ = ["CONTROL_PLANE_NAME", "CertificateAuthority", "KeyPair", "TLSError", "TLSFiles"]
+__all__ = ["CONTROL_PLANE_NAME", "RENEW_BEFORE", "CertificateAuthority", "KeyPair", "TLSError", "TLSFiles",
+           "write_private"]
 
 AGENT_DAYS = 365
 CONTROL_PLANE_DAYS = 825
 CA_DAYS = 3650
-#: An agent asks for a new certificate when its own runs out within this time.
-RENEW_BEFORE = dt.timedelta(days=30)
 # Certificates start a little in the past: a peer whose clock is behind must not
 # see a certificate that is not valid yet.
 _BACKDATE = dt.timedelta(minutes=5)
-
-
-class TLSError(ValueError):
-    """A key, CSR or certificate that cannot be used; the message says which and why."""
 
 
 def _now(now: dt.datetime | None) -> dt.datetime:
@@ -225,58 +220,6 @@ class CertificateAuthority:
         public_key = _load_key(key_pem).public_key()
         builder = _builder(name, self.cert.subject, public_key, days, now)
         return KeyPair(key_pem, _leaf(builder, name, ExtendedKeyUsageOID.CLIENT_AUTH, self))
-
-
-# -- files -----------------------------------------------------------------------------------
-def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write atomically (temp file, fsync, rename) with ``mode`` from the first byte on."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, mode)
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.replace(tmp, path)
-    except OSError:
-        os.unlink(tmp)
-        raise
-
-
-@dataclass(frozen=True)
-class TLSFiles:
-    """Where one side's key, certificate and trusted CA live."""
-
-    key: Path
-    cert: Path
-    ca: Path
-
-    @classmethod
-    def in_dir(cls, directory: Path, stem: str) -> TLSFiles:
-        return cls(directory / f"{stem}.key", directory / f"{stem}.crt", directory / "ca.crt")
-
-    def exist(self) -> bool:
-        return all(p.is_file() for p in (self.key, self.cert, self.ca))
-
-    def read(self) -> tuple[bytes, bytes, bytes]:
-        """(key, cert, ca) PEM; TLSError naming the file that is missing or unusable."""
-        out = []
-        for label, path in (("key", self.key), ("certificate", self.cert), ("CA certificate", self.ca)):
-            try:
-                out.append(path.read_bytes())
-            except OSError as exc:
-                raise TLSError(f"cannot read the TLS {label} {path}: {exc.strerror}") from None
-        key, cert, ca = out
-        if not matches_key(cert, key):
-            raise TLSError(f"{self.cert} does not belong to the key {self.key}")
-        return key, cert, ca
-
-    def write(self, key_pem: bytes, cert_pem: bytes, ca_pem: bytes) -> None:
-        write_private(self.key, key_pem)
-        write_private(self.cert, cert_pem, 0o644)
-        write_private(self.ca, ca_pem, 0o644)
 
 
 # -- the control plane's PKI directory ------------------------------------------------------------

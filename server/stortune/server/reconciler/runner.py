@@ -93,14 +93,18 @@ class Reconciler:
         """Expire leases, then queue every host (drift detection, and whatever a lost request missed).
 
         A host waiting out a retry backoff is left to it: the pass must not turn
-        a failing host's backoff into one attempt per interval. Requests from
-        the API (a spec change) still go through at once.
+        a failing host's backoff into one attempt per interval. Nor is a host
+        queued again while it is being reconciled: that pass reads the state now
+        anyway, and a re-queue would retry a failure at once, skipping its
+        backoff. Requests from the API (a spec change) still go through at once.
         """
         assert self._queue is not None
         for name in await asyncio.to_thread(store.expire_leases, self._sessions, self._clock()):
             log.warning("%s: lease expired", name)
-        backing_off = self._queue.delayed()
-        for name in await asyncio.to_thread(store.host_names, self._sessions):
+        names = await asyncio.to_thread(store.host_names, self._sessions)
+        # Read after the await and used without one: no worker changes them in between.
+        backing_off = self._queue.delayed() | self._queue.processing()
+        for name in names:
             if name not in backing_off:
                 self._queue.add(name)
         self._summaries_due()
