@@ -58,3 +58,31 @@ def test_heartbeats_and_writes_interleave(app: FastAPI) -> None:
         list(pool.map(lambda i: (beat if i % 2 else label)(i), range(40)))
     with app.state.sessions() as session:
         assert hosts.get(session, "h1").labels["n"] in {str(i) for i in range(0, 40, 2)}
+
+
+def test_agents_enrolling_at_once_while_others_heartbeat_all_get_certificates(app: FastAPI) -> None:
+    """A fleet booting together: every CSR is signed, none sees "database is locked"."""
+    from stortune.api.agent import tls
+    from stortune.server.models.agents import Heartbeat
+
+    with admin_client(app) as client:
+        client.post(f"{API}/agents/register", json=registration("h1"))
+    csrs = {f"enroll-{i}": tls.make_csr(tls.new_key(), f"enroll-{i}") for i in range(WRITERS)}
+    start = threading.Barrier(WRITERS * 2)
+
+    def enroll(name: str) -> str:
+        with app.state.sessions() as session:
+            start.wait()
+            app.state.agent_pki.issue(session, name, csrs[name], app.state.clock())
+        return name
+
+    def beat(_: str) -> None:
+        start.wait()
+        for _ in range(10):
+            with app.state.sessions() as session:
+                hosts.heartbeat(session, "h1", Heartbeat(), lease_duration_s=15, now=app.state.clock())
+
+    with ThreadPoolExecutor(WRITERS * 2) as pool:
+        enrolled = [f.result() for f in [pool.submit(enroll, n) for n in csrs]
+                    + [pool.submit(beat, "") for _ in range(WRITERS)]]
+    assert sorted(filter(None, enrolled)) == sorted(csrs)

@@ -178,3 +178,39 @@ def test_the_bundle_carries_the_latest_benchmark_results(
     assert result["state"] == "done" and result["summaries"], "the normalised result, not just the row"
     # The run's context named the host; redacted like everything else.
     assert leaks({"benchmarks.json": body}, {HOST}) == []
+
+
+def test_a_bundle_redacted_while_another_numbers_the_same_tokens_is_redone(
+        app: FastAPI, admin: Any, streamer: Streamer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Redaction runs outside the write lock; when another bundle stored tokens meanwhile
+    (same numbers, its own values), this one is redacted again instead of colliding."""
+    from stortune.server.db.tables import Redaction
+    from stortune.server.services import diagnostics
+
+    real = diagnostics._redacted
+    taken: dict[str, str] = {}
+
+    def racing(bundle: Any, mapping: Any, known: Any) -> Any:
+        redacted, after = real(bundle, mapping, known)
+        if not taken:  # the other bundle commits first, numbering the same new tokens
+            with app.state.sessions() as other:
+                for kind, tokens in after.values.items():
+                    for token in tokens.keys() - mapping.values.get(kind, {}).keys():
+                        taken[token] = f"other-{token.lower()}"
+                        other.add(Redaction(token=token, kind=kind, value=taken[token], host="elsewhere",
+                                            created_at=app.state.clock()))
+                other.commit()
+        return redacted, after
+
+    monkeypatch.setattr(diagnostics, "_redacted", racing)
+    response = admin.get(f"{API}/hosts/{HOST}/diagnostics")
+    assert response.status_code == 200, response.text
+    assert taken, "the race happened"
+    theirs = admin.get(f"{API}/redactions", params={"host": "elsewhere"}).json()["items"]
+    assert {r["token"]: r["value"] for r in theirs} == taken, "theirs kept"
+    rows = admin.get(f"{API}/redactions", params={"host": HOST}).json()["items"]
+    wwn = next(d.wwn for d in streamer.topology.devices if d.wwn)
+    (mine,) = [r for r in rows if r["value"] == wwn or r["value"].endswith(wwn.removeprefix("naa."))]
+    assert mine["token"] not in taken
+    topology = next(b for n, b in archive(response.content).items() if n.endswith("/topology.json"))
+    assert mine["token"] in topology.decode() and leaks(archive(response.content), streamer.sensitive()) == []

@@ -463,13 +463,18 @@ class Redactor:
 
     def _preload(self, kind: Kind, token: str, original: str) -> tuple[Kind, str, str] | None:
         """Take over a token of an earlier mapping; -> what its literal forms are made from."""
+        if not TOKEN.fullmatch(token):
+            return None
+        following = int(token.rsplit("-", 1)[1]) + 1
+        if kind in self._next:  # its number stays taken even if its value cannot be taken over
+            self._next[kind] = max(self._next[kind], following)
         found = self._canonical(kind, original)
-        if found is None or not TOKEN.fullmatch(token):
+        if found is None:
             return None
         kind, key, _ = found
         self._tokens[kind, key] = token
         self._originals[kind][token] = original
-        self._next[kind] = max(self._next[kind], int(token.rsplit("-", 1)[1]) + 1)
+        self._next[kind] = max(self._next[kind], following)
         return kind, key, original
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.orm import Session
 from stortune.api.agent import tls
 from stortune.api.agent.tls import CertificateAuthority, TLSError, TLSFiles
 from stortune.server.db.tables import AgentIdentity
+from stortune.server.services.versions import next_resource_version
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ class AgentPki:
         except TLSError as exc:
             raise PkiRefusal(str(exc), "csr") from None
         fingerprint = tls.key_fingerprint(cert)
+        # The write lock first (db/engine.py): on SQLite a transaction that reads and only
+        # then writes fails at once when another enrollment committed in between.
+        next_resource_version(session)
         pinned = session.get(AgentIdentity, name, with_for_update=True)
         if pinned is not None and pinned.key_sha256 != fingerprint:
             raise PkiRefusal(f"{name!r} already belongs to another agent's key (first certified "

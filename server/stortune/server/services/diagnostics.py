@@ -30,6 +30,7 @@ from stortune.server.models.benchmarks import BenchmarkRunDocument
 from stortune.server.models.events import EventView
 from stortune.server.models.hosts import HostStatus
 from stortune.server.services import profiles
+from stortune.server.services.versions import next_resource_version
 
 #: A bundle from an agent larger than this (unpacked) is refused.
 MAX_UNPACKED_BYTES = 1 << 30
@@ -136,20 +137,38 @@ def known_values(host: Host) -> Iterable[tuple[Kind, str]]:
 
 def build(session: Session, host: Host, agent_bundle: bytes, now: datetime, *,
           redact: bool) -> tuple[Bundle, int]:
-    """The bundle to hand out, and how many new tokens the mapping gained.
+    """The bundle to hand out, and how many new tokens the mapping gained. Commits.
 
-    The caller commits (the mapping rows) only once the bundle is built.
+    Redaction runs outside any write (a large bundle takes seconds); the new
+    mapping rows are then stored in a write transaction that takes the lock
+    first (db/engine.py). Tokens are numbered per kind, so if another bundle
+    added tokens in the meantime this one is redacted again under the lock.
     """
     bundle = unpack(agent_bundle, max_bytes=MAX_UNPACKED_BYTES)
     add_control_plane_files(session, host, bundle, now)
     if not redact:
+        session.commit()
         return bundle, 0
+    name, known = host.name, list(known_values(host))
     before = load_mapping(session)
-    redactor = Redactor(before)
-    for kind, value in known_values(host):
+    redacted, after = _redacted(bundle, before, known)
+    session.rollback()
+    next_resource_version(session)
+    current = load_mapping(session)
+    if current != before:
+        before = current
+        redacted, after = _redacted(bundle, before, known)
+    added = store_mapping(session, before, after, name, now)
+    session.commit()
+    return redacted, added
+
+
+def _redacted(bundle: Bundle, mapping: RedactionMapping,
+              known: list[tuple[Kind, str]]) -> tuple[Bundle, RedactionMapping]:
+    redactor = Redactor(mapping)
+    for kind, value in known:
         redactor.add(kind, value)
-    redacted = redactor.redact(bundle)
-    return redacted, store_mapping(session, before, redactor.mapping, host.name, now)
+    return redactor.redact(bundle), redactor.mapping
 
 
 def list_redactions(session: Session, *, host: str | None = None,

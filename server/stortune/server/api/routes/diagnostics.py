@@ -57,12 +57,11 @@ def _address(sessions: sessionmaker[Session], name: str) -> str:
 
 def _build(sessions: sessionmaker[Session], name: str, data: bytes, now: datetime,
            redact: bool) -> tuple[bytes, str]:
-    """(tar.gz, file name); the new mapping rows commit only with a finished bundle."""
+    """(tar.gz, file name)."""
     with sessions() as session:
         host = hosts.get(session, name, with_topology=False)
         bundle, _added = diagnostics.build(session, host, data, now, redact=redact)
-        archive = pack(bundle)
-        session.commit()
+    archive = pack(bundle)
     # A redacted bundle's file name must not carry the host's name either.
     label = bundle.info.host if not redact else "host"
     return archive, f"stortune-diag-{label}-{now.strftime('%Y%m%dT%H%M%SZ')}.tar.gz"
