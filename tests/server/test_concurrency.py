@@ -86,3 +86,23 @@ def test_agents_enrolling_at_once_while_others_heartbeat_all_get_certificates(ap
         enrolled = [f.result() for f in [pool.submit(enroll, n) for n in csrs]
                     + [pool.submit(beat, "") for _ in range(WRITERS)]]
     assert sorted(filter(None, enrolled)) == sorted(csrs)
+
+
+def test_heartbeats_of_a_fleet_never_see_a_locked_database(app: FastAPI) -> None:
+    """Each heartbeat may count the fleet (its pace) before renewing: never read-then-write."""
+    from stortune.server.services.pacing import FleetSize
+
+    app.state.fleet_size = FleetSize(ttl_s=0)  # every heartbeat counts
+    with admin_client(app) as client:
+        for i in range(WRITERS):
+            client.post(f"{API}/agents/register", json=registration(f"b{i}"))
+        start = threading.Barrier(WRITERS)
+
+        def beat(i: int) -> list[int]:
+            start.wait()
+            return [client.post(f"{API}/agents/b{i}/heartbeat", json={"boot_id": "boot-1"}).status_code
+                    for _ in range(10)]
+
+        with ThreadPoolExecutor(WRITERS) as pool:
+            codes = [code for codes in pool.map(beat, range(WRITERS)) for code in codes]
+    assert set(codes) == {200}

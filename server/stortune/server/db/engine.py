@@ -23,7 +23,7 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 #: Threads that may hold a connection at once: the API's threadpool (app.py sets
 #: it) and the reconciler's asyncio.to_thread workers (at most 32).
 API_THREADS = 16
-POOL_SIZE = 8
+POOL_SIZE = API_THREADS  # connections kept open: one per API thread, none reopened per request
 POOL_OVERFLOW = API_THREADS + 32 - POOL_SIZE
 
 

@@ -78,6 +78,9 @@ class Heartbeat(RequestModel):
 class HeartbeatAccepted(BaseModel):
     lease_expires: datetime
     topology_wanted: bool
+    # The fleet's current pace (services/pacing.py): agents follow it from one heartbeat to the next.
+    heartbeat_interval_s: float
+    lease_duration_s: float
 
 
 class TopologyUpload(RequestModel):

@@ -27,6 +27,7 @@ from stortune.server.models.agents import (
 )
 from stortune.server.services import hosts
 from stortune.server.services.agent_pki import AgentPki, PkiRefusal
+from stortune.server.services.pacing import FleetSize, Pace
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
@@ -44,9 +45,11 @@ def register(
 ) -> RegistrationAccepted:
     """Create or refresh the host. Reported labels are kept apart from API-set ones, which win."""
     note_resource(request, f"hosts/{body.name}")
-    host, wanted = hosts.register(session, body, lease_duration_s=settings.lease_duration_s, now=now)
-    return RegistrationAccepted(name=host.name, heartbeat_interval_s=settings.heartbeat_interval_s,
-                                lease_duration_s=settings.lease_duration_s, topology_wanted=wanted)
+    fleet: FleetSize = request.app.state.fleet_size
+    paced = settings.pace(fleet.get(session) + 1)
+    host, wanted = hosts.register(session, body, lease_duration_s=paced.lease_s, now=now)
+    return RegistrationAccepted(name=host.name, heartbeat_interval_s=paced.interval_s,
+                                lease_duration_s=paced.lease_s, topology_wanted=wanted)
 
 
 @router.post("/{name}/heartbeat", responses=NOT_FOUND)
@@ -58,14 +61,16 @@ async def heartbeat(
     # The hottest call (every agent, every few seconds): one trip to the threadpool
     # for the whole database part, instead of one for the session and one for the route.
     sessions: sessionmaker[Session] = request.app.state.sessions
+    fleet: FleetSize = request.app.state.fleet_size
 
-    def renew() -> tuple[datetime, bool]:
+    def renew() -> tuple[Pace, datetime, bool]:
         with sessions() as session:
-            return hosts.heartbeat(session, name, body, lease_duration_s=settings.lease_duration_s,
-                                   now=now)
+            paced = settings.pace(fleet.get(session))
+            return paced, *hosts.heartbeat(session, name, body, lease_duration_s=paced.lease_s, now=now)
 
-    expires, wanted = await run_in_threadpool(renew)
-    return HeartbeatAccepted(lease_expires=expires, topology_wanted=wanted)
+    paced, expires, wanted = await run_in_threadpool(renew)
+    return HeartbeatAccepted(lease_expires=expires, topology_wanted=wanted,
+                             heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s)
 
 
 @router.put("/{name}/topology", responses=NOT_FOUND)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from sqlalchemy.orm import Session
 
 from stortune.server.api import label_selector
 from stortune.server.api.deps import NowDep, SessionDep
@@ -35,33 +36,33 @@ Remover = Annotated[Principal, Authorized(Permission.DELETE_HOSTS)]
 # The GETs below answer from encoded bodies kept until the next write (api/rendered.py),
 # with an ETag for If-None-Match.
 @router.get("", response_model=HostList)
-def list_hosts(who: Reader, request: Request, session: SessionDep, selector: Selector = None) -> Response:
+async def list_hosts(who: Reader, request: Request, selector: Selector = None) -> Response:
     parsed = label_selector.parse(selector)  # a bad selector is a 400 before any lookup
 
-    def render() -> bytes:
+    def render(session: Session) -> bytes:
         rows, version = hosts.list_hosts(session, parsed)
         return HostList(metadata=ListMeta(resourceVersion=format_resource_version(version)),
                         items=[HostDocument.from_row(r) for r in rows
                                if who.may_see_host(r.effective_labels)]).model_dump_json().encode()
 
     scope = who.hosts.model_dump_json() if who.hosts is not None else ""
-    return respond(request, session, ("hosts", selector or "", scope), render)
+    return await respond(request, ("hosts", selector or "", scope), render)
 
 
 @router.get("/{name}", response_model=HostDocument, responses=NOT_FOUND)
-def get_host(who: Reader, name: VisibleHostName, request: Request, session: SessionDep) -> Response:
-    def render() -> bytes:
+async def get_host(who: Reader, name: VisibleHostName, request: Request) -> Response:
+    def render(session: Session) -> bytes:
         return HostDocument.from_row(hosts.get(session, name, with_topology=False)).model_dump_json().encode()
 
-    return respond(request, session, ("host", name), render)
+    return await respond(request, ("host", name), render)
 
 
 @router.get("/{name}/status", response_model=HostStatus, responses=NOT_FOUND)
-def get_host_status(who: Reader, name: VisibleHostName, request: Request, session: SessionDep) -> Response:
-    def render() -> bytes:
+async def get_host_status(who: Reader, name: VisibleHostName, request: Request) -> Response:
+    def render(session: Session) -> bytes:
         return HostStatus.from_row(hosts.get(session, name, with_topology=False)).model_dump_json().encode()
 
-    return respond(request, session, ("status", name), render)
+    return await respond(request, ("status", name), render)
 
 
 @router.get("/{name}/lease", responses=NOT_FOUND)
