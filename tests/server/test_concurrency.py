@@ -92,7 +92,7 @@ def test_heartbeats_of_a_fleet_never_see_a_locked_database(app: FastAPI) -> None
     """Each heartbeat may count the fleet (its pace) before renewing: never read-then-write."""
     from stortune.server.services.pacing import FleetSize
 
-    app.state.fleet_size = FleetSize(ttl_s=0)  # every heartbeat counts
+    app.state.fleet_size = FleetSize(app.state.sessions, ttl_s=0)  # every heartbeat counts
     with admin_client(app) as client:
         for i in range(WRITERS):
             client.post(f"{API}/agents/register", json=registration(f"b{i}"))

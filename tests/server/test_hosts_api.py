@@ -281,7 +281,7 @@ def test_a_growing_fleet_is_told_to_heartbeat_less_often_with_longer_leases(
     from stortune.server.services.pacing import FleetSize
 
     app = make_app(max_heartbeats_per_s=0.5)  # a budget of one heartbeat every 2 s
-    app.state.fleet_size = FleetSize(ttl_s=0)
+    app.state.fleet_size = FleetSize(app.state.sessions, ttl_s=0)
     with admin_client(app) as client:
         first = client.post(f"{AGENTS}/register", json=registration("h0")).json()
         assert (first["heartbeat_interval_s"], first["lease_duration_s"]) == (5.0, 15.0)

@@ -123,7 +123,7 @@ def create_app(
     app.state.clock = now
     app.state.rendered = RenderedCache()
     app.state.versions = VersionReader(sessions)
-    app.state.fleet_size = FleetSize()
+    app.state.fleet_size = FleetSize(sessions)
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
     app.state.rate_limiter = RateLimiter()
     authenticator = Authenticator(sessions, now, cache_s=settings.token_cache_s)

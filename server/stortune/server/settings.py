@@ -6,8 +6,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from stortune.server.services.pacing import Pace, pace
-
 DEFAULT_STATE_DIR = Path("/var/lib/stortune-server")
 DEFAULT_LISTEN = "127.0.0.1:8080"
 #: The largest request body: a topology of a large host is a few MiB; profiles are kilobytes.
@@ -87,11 +85,6 @@ class Settings(BaseModel):
                 f"heartbeat_interval_s ({self.heartbeat_interval_s})"
             )
         return self
-
-    def pace(self, hosts: int) -> Pace:
-        """Heartbeat interval and lease duration for a fleet of ``hosts``."""
-        return pace(hosts, interval_s=self.heartbeat_interval_s, lease_s=self.lease_duration_s,
-                    max_per_s=self.max_heartbeats_per_s)
 
     @property
     def host_port(self) -> tuple[str, int]:

@@ -101,15 +101,18 @@ class TLSFiles:
 
     def read(self) -> tuple[bytes, bytes, bytes]:
         """(key, cert, ca) PEM; TLSError naming the file that is missing or unusable."""
+        return self._load()[0]
+
+    def _load(self) -> tuple[tuple[bytes, bytes, bytes], ssl.SSLContext]:
+        """The three files, and a server context on the pair (which checks they belong together)."""
         out = []
         for label, path in (("key", self.key), ("certificate", self.cert), ("CA certificate", self.ca)):
             try:
                 out.append(path.read_bytes())
             except OSError as exc:
                 raise TLSError(f"cannot read the TLS {label} {path}: {exc.strerror}") from None
-        _serving_context(self.cert, self.key)
         key, cert, ca = out
-        return key, cert, ca
+        return (key, cert, ca), _serving_context(self.cert, self.key)
 
     def write(self, key_pem: bytes, cert_pem: bytes, ca_pem: bytes) -> None:
         write_private(self.key, key_pem)
@@ -122,8 +125,7 @@ class TLSFiles:
         TLSError with the verifier's reason when a peer would refuse it: not issued
         by the CA, another name, expired, not a server certificate.
         """
-        _key, _cert, ca = self.read()
-        server_context = _serving_context(self.cert, self.key)
+        (_key, _cert, ca), server_context = self._load()
         try:
             client_context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cadata=ca.decode("ascii"))
         except (ssl.SSLError, UnicodeDecodeError, ValueError) as exc:

@@ -29,8 +29,6 @@ from stortune.server.services.versions import current_resource_version
 JSON_MEDIA = "application/json"
 #: Smaller bodies go as they are: compressing them saves less than it costs.
 GZIP_MIN_BYTES = 4096
-#: Larger ones are compressed (once per version) in the threadpool, off the event loop.
-GZIP_INLINE_BYTES = 64 * 1024
 
 
 class RenderedCache:
@@ -56,17 +54,13 @@ class RenderedCache:
             self._entries.move_to_end(key)
             return entry[2] if gzipped else entry[1]
 
-    def gzip(self, key: Hashable, version: int) -> bytes | None:
-        """The compressed body at ``version``, compressing it now if no one did yet."""
-        body = self.get(key, version)
-        if body is None:
-            return None
-        packed = self.get(key, version, gzipped=True)
-        if packed is None:
-            packed = gzip.compress(body, compresslevel=6, mtime=0)
-            with self._lock:
-                if self._entries.get(key, (None, None))[0] == version:
-                    self._entries[key] = (version, body, packed)
+    def compress(self, key: Hashable, version: int, body: bytes) -> bytes:
+        """``body`` (the one cached at ``version``) gzip-compressed, kept with it while it is current."""
+        packed = gzip.compress(body, compresslevel=6, mtime=0)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is not None and entry[0] == version:
+                self._entries[key] = (version, body, packed)
         return packed
 
     def put(self, key: Hashable, version: int, body: bytes) -> None:
@@ -205,10 +199,8 @@ async def respond(request: Request, key: Hashable, render: Callable[[Session], b
         body = cached
     if len(body) >= GZIP_MIN_BYTES and accepts_gzip(request.headers.get("accept-encoding", "")):
         packed = cache.get(key, version, gzipped=True)
-        if packed is None:  # compressed once per version; off the event loop when large
-            packed = (cache.gzip(key, version) if len(body) <= GZIP_INLINE_BYTES
-                      else await anyio.to_thread.run_sync(cache.gzip, key, version))
-        if packed is not None:  # None: a newer version replaced it meanwhile; send it plain
-            headers["Content-Encoding"] = "gzip"
-            body = packed
+        if packed is None:  # once per version, off the event loop
+            packed = await anyio.to_thread.run_sync(cache.compress, key, version, body)
+        headers["Content-Encoding"] = "gzip"
+        body = packed
     return Response(body, media_type=JSON_MEDIA, headers=headers)

@@ -137,7 +137,7 @@ def known_values(host: Host) -> Iterable[tuple[Kind, str]]:
 
 def build(session: Session, host: Host, agent_bundle: bytes, now: datetime, *,
           redact: bool) -> tuple[Bundle, int]:
-    """The bundle to hand out, and how many new tokens the mapping gained. Commits.
+    """The bundle to hand out, and how many new tokens the mapping gained (committed).
 
     Redaction runs outside any write (a large bundle takes seconds); the new
     mapping rows are then stored in a write transaction that takes the lock
@@ -147,7 +147,6 @@ def build(session: Session, host: Host, agent_bundle: bytes, now: datetime, *,
     bundle = unpack(agent_bundle, max_bytes=MAX_UNPACKED_BYTES)
     add_control_plane_files(session, host, bundle, now)
     if not redact:
-        session.commit()
         return bundle, 0
     name, known = host.name, list(known_values(host))
     before = load_mapping(session)

@@ -15,11 +15,15 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.db.tables import HostLease
+
+if TYPE_CHECKING:
+    from stortune.server.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -34,23 +38,32 @@ def pace(hosts: int, *, interval_s: float, lease_s: float, max_per_s: float) -> 
 
 
 class FleetSize:
-    """How many hosts hold a lease, counted again at most every ``ttl_s``: every heartbeat asks."""
+    """The fleet's pace from how many hosts hold a lease, counted again at most every ``ttl_s``.
 
-    def __init__(self, ttl_s: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    Every heartbeat asks; the count runs in a session of its own, so the
+    caller's transaction stays a write that takes the lock first (db/engine.py).
+    """
+
+    def __init__(self, sessions: sessionmaker[Session], ttl_s: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._sessions = sessions
         self._ttl = ttl_s
         self._clock = clock
         self._lock = threading.Lock()
         self._counted: tuple[float, int] | None = None
 
-    def get(self, session: Session) -> int:
-        """The count; call it before the session writes: when it counts, it ends the read
-        transaction (a write must open its own, db/engine.py)."""
+    def get(self) -> int:
         now = self._clock()
         with self._lock:
             if self._counted is not None and now - self._counted[0] < self._ttl:
                 return self._counted[1]
-        count = session.scalar(select(func.count()).select_from(HostLease)) or 0
-        session.rollback()
+        with self._sessions() as session:
+            count = session.scalar(select(func.count()).select_from(HostLease)) or 0
         with self._lock:
             self._counted = (now, count)
         return count
+
+    def pace(self, settings: Settings, *, joining: bool = False) -> Pace:
+        """Heartbeat interval and lease for this fleet (``joining``: counting a host registering now)."""
+        return pace(self.get() + joining, interval_s=settings.heartbeat_interval_s,
+                    lease_s=settings.lease_duration_s, max_per_s=settings.max_heartbeats_per_s)

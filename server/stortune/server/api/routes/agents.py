@@ -46,7 +46,7 @@ def register(
     """Create or refresh the host. Reported labels are kept apart from API-set ones, which win."""
     note_resource(request, f"hosts/{body.name}")
     fleet: FleetSize = request.app.state.fleet_size
-    paced = settings.pace(fleet.get(session) + 1)
+    paced = fleet.pace(settings, joining=True)
     host, wanted = hosts.register(session, body, lease_duration_s=paced.lease_s, now=now)
     return RegistrationAccepted(name=host.name, heartbeat_interval_s=paced.interval_s,
                                 lease_duration_s=paced.lease_s, topology_wanted=wanted)
@@ -65,7 +65,7 @@ async def heartbeat(
 
     def renew() -> tuple[Pace, datetime, bool]:
         with sessions() as session:
-            paced = settings.pace(fleet.get(session))
+            paced = fleet.pace(settings)
             return paced, *hosts.heartbeat(session, name, body, lease_duration_s=paced.lease_s, now=now)
 
     paced, expires, wanted = await run_in_threadpool(renew)
