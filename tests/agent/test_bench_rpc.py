@@ -26,8 +26,8 @@ def test_an_apply_during_a_benchmark_is_busy_and_waits_for_its_end(agent: Agent,
     with open(node, "wb") as fh:
         fh.truncate(64 << 20)
     fio = FakeFio(capture("fio-3.33-group-reporting.json"), hold=True)
-    agent.bench.runner = fio
-    run_id = agent.bench.start(parse_benchmark(STREAM), "bench-1")
+    agent.service.bench.runner = fio
+    run_id = agent.service.bench.start(parse_benchmark(STREAM), "bench-1")
     assert fio.running.wait(10)
 
     with pytest.raises(AgentBusy) as err:
@@ -48,7 +48,7 @@ def test_an_apply_during_a_benchmark_is_busy_and_waits_for_its_end(agent: Agent,
     seen = call(watch)
     assert seen[0].state == "running" and "stream-32k" in seen[0].message
     assert seen[-1].state == "done" and seen[-1].percent == 100.0
-    assert agent.bench.wait(run_id, timeout=30).state == "done"
+    assert agent.service.bench.wait(run_id, timeout=30).state == "done"
 
     result = call(lambda c: c.for_address(agent.address).apply([profile(read_ahead_kb=4096)], {}, "after"))
     assert result.ok and host.queue("read_ahead_kb") == "4096"
@@ -64,7 +64,7 @@ def _device(host: Host) -> None:
 def test_start_cancel_result_and_forget_over_grpc(agent: Agent, host: Host) -> None:
     _device(host)
     fio = FakeFio(capture("fio-3.33-group-reporting.json"), hold=True)
-    agent.bench.runner = fio
+    agent.service.bench.runner = fio
     spec = parse_benchmark(STREAM)
 
     started = call(lambda c: c.for_address(agent.address).start_benchmark("cp-run-1", spec))
@@ -82,7 +82,7 @@ def test_start_cancel_result_and_forget_over_grpc(agent: Agent, host: Host) -> N
 
     cancelled, progress = call(lambda c: c.for_address(agent.address).cancel_benchmark("cp-run-1"))
     assert cancelled and progress.run_id == "cp-run-1"
-    assert agent.bench.wait("cp-run-1", timeout=30).state == "cancelled"
+    assert agent.service.bench.wait("cp-run-1", timeout=30).state == "cancelled"
     outcome = call(lambda c: c.for_address(agent.address).get_benchmark_result("cp-run-1"))
     assert outcome.progress.state == "cancelled" and outcome.result is not None
     assert outcome.result.state == "cancelled" and outcome.info.hostname == "rpc-host"
@@ -95,10 +95,10 @@ def test_start_cancel_result_and_forget_over_grpc(agent: Agent, host: Host) -> N
 
 def test_a_finished_run_comes_with_fios_raw_files(agent: Agent, host: Host) -> None:
     _device(host)
-    agent.bench.runner = FakeFio(capture("fio-3.33-group-reporting.json"))
+    agent.service.bench.runner = FakeFio(capture("fio-3.33-group-reporting.json"))
     spec = parse_benchmark(STREAM)
     call(lambda c: c.for_address(agent.address).start_benchmark("cp-run-3", spec))
-    assert agent.bench.wait("cp-run-3", timeout=30).state == "done"
+    assert agent.service.bench.wait("cp-run-3", timeout=30).state == "done"
 
     outcome = call(lambda c: c.for_address(agent.address).get_benchmark_result("cp-run-3"))
 

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import struct
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from tests.fixtures.sysfs_builder import SysfsBuilder
 
@@ -77,3 +82,38 @@ def test_hot_plugged_device_gets_its_settings(tmp_path: Path) -> None:
         _, err = proc.communicate(timeout=20)
     assert proc.returncode == 0, err
     assert "device graph changed" in err
+
+
+# -- uevents ----------------------------------------------------------------------------------
+def test_block_uevents_are_told_from_others_in_both_formats() -> None:
+    from stortune.agent.daemon import is_block_event
+
+    kernel = b"change@/devices/virtual/block/loop3\0ACTION=change\0DEVPATH=/devices/virtual/block/loop3\0" \
+             b"SUBSYSTEM=block\0MAJOR=7\0MINOR=3\0DEVNAME=loop3\0DEVTYPE=disk\0SEQNUM=1012\0"
+    # udevd's re-broadcast: "libudev" magic and a binary header, then the properties
+    header = b"libudev\0" + struct.pack(">I", 0xFEEDCAFE) + struct.pack("<7I", 40, 40, 60, 0, 0, 0, 0)
+    udev = header + b"ACTION=add\0DEVPATH=/devices/pci0000:00/host2/block/sdc\0SUBSYSTEM=block\0" \
+                    b"DEVNAME=/dev/sdc\0ID_MODEL=PERC_H730\0"
+    net = b"add@/devices/virtual/net/veth0\0ACTION=add\0SUBSYSTEM=net\0INTERFACE=veth0\0"
+    lookalike = b"add@/devices/x\0ACTION=add\0SUBSYSTEM=block_extra\0ID_NOTE=SUBSYSTEM=blocked\0"
+    assert is_block_event(kernel) and is_block_event(udev)
+    assert not is_block_event(net) and not is_block_event(lookalike)
+
+
+@pytest.mark.root
+def test_a_loop_device_attached_wakes_the_uevent_waiter(loop_devices: Callable[[int], list[str]]) -> None:
+    """The kernel's own event for a device this test attaches (udevd does not run here)."""
+    from stortune.agent.daemon import KERNEL_EVENTS, UeventWaiter
+
+    stop = threading.Event()
+    try:
+        waiter = UeventWaiter(stop, KERNEL_EVENTS)
+    except OSError as exc:
+        pytest.skip(f"no uevent socket here: {exc}")
+    try:
+        assert waiter.wait(0.2) is False  # nothing happened yet: the timeout
+        loop_devices(1)
+        assert waiter.wait(10) is True
+        assert waiter.wait(0.5) is False  # the burst was drained: one rescan for it
+    finally:
+        waiter.close()

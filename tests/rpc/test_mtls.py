@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,8 +21,9 @@ import grpc
 import pytest
 import uvicorn
 from cryptography import x509
-from cryptography.hazmat.primitives.serialization import Encoding
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from stortune.agent import identity
 from stortune.agent.serve import Agent, ServeError, ServeOptions
 from stortune.api.agent import tls, wire
 from stortune.api.agent.tls import TLSFiles
@@ -277,3 +280,61 @@ def test_a_name_stays_with_the_key_that_first_got_it(control_plane: tuple[str, s
     issued = ask(second)
     assert issued.status_code == 200
     assert tls.matches_key(issued.json()["certificate"].encode(), second)
+
+
+_ENROLL_IN_A_FRESH_PROCESS = """
+import sys, threading
+from pathlib import Path
+from stortune.agent import identity
+files = identity.own_files(Path(sys.argv[1]))
+identity.enroll(files, identity.Enrollment(server=sys.argv[2], name="fresh-1", token=sys.argv[3]),
+                threading.Event())
+print(sorted(m for m in sys.modules if m.split(".")[0] == "cryptography"))
+"""
+
+
+def test_enrolling_leaves_no_cryptography_in_the_agent(control_plane: tuple[str, str, str],
+                                                       tmp_path: Path) -> None:
+    url, token, _ = control_plane
+    out = subprocess.run([sys.executable, "-c", _ENROLL_IN_A_FRESH_PROCESS, str(tmp_path / "state"), url,
+                          token], capture_output=True, text=True, timeout=120, check=True).stdout
+    assert out.strip() == "[]"  # the key and CSR were made by a child process
+    cert = TLSFiles.in_dir(tmp_path / "state/tls", "agent").read()[1]
+    assert tls.cert_names(cert) == {"fresh-1"}
+
+
+def test_the_csr_tool_keeps_a_good_key_and_replaces_an_unusable_one(tmp_path: Path) -> None:
+    key_file = tmp_path / "tls/agent.key"
+    first = identity.make_csr(key_file, "h1")  # no key yet: made, 0600
+    key = key_file.read_bytes()
+    assert oct(key_file.stat().st_mode & 0o777) == "0o600"
+    again = identity.make_csr(key_file, "h1")
+    assert key_file.read_bytes() == key
+    public = [x509.load_pem_x509_csr(c).public_key().public_bytes(Encoding.PEM,
+                                                                  PublicFormat.SubjectPublicKeyInfo)
+              for c in (first, again)]
+    assert public[0] == public[1]
+    assert x509.load_pem_x509_csr(first).subject.rfc4514_string() == "CN=h1"
+    key_file.write_bytes(b"not a key")
+    identity.make_csr(key_file, "h1")
+    assert key_file.read_bytes() != b"not a key"
+    tls.make_csr(key_file.read_bytes(), "h1")  # a usable key now
+
+
+def test_an_unusable_certificate_in_the_answer_leaves_the_old_files_alone(tmp_path: Path, pki: Path) -> None:
+    ca = ca_of(pki)
+    files = agent_files(tmp_path / "tls", ca, "h1")
+    before = files.read()
+    ours, foreign = tls.make_csr(before[0], "h1"), tls.make_csr(tls.new_key(), "h1")
+    for cert, ca_pem, why in (
+            (ca.sign_agent(ours, "other-host"), ca.cert_pem, "does not verify for 'h1'"),
+            (ca.sign_agent(foreign, "h1"), ca.cert_pem, "does not belong to the key"),
+            (ca.sign_agent(ours, "h1"), tls.CertificateAuthority.create().cert_pem,
+             "does not verify for 'h1'")):
+        with pytest.raises(identity.RequestFailed, match=why):
+            identity.install(files, "h1", cert, ca_pem)
+        assert files.read() == before
+        assert sorted(p.name for p in files.cert.parent.iterdir()) == ["agent.crt", "agent.key", "ca.crt"]
+    renewed = ca.sign_agent(ours, "h1")
+    identity.install(files, "h1", renewed, ca.cert_pem)
+    assert files.read()[1] == renewed

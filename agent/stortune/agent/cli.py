@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stortune.agent import local, render
-from stortune.agent.bench import cli as bench_cli
+from stortune.agent.bench import args as bench_args
 from stortune.agent.journal import StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import CONTROL_PLANE_NAME
@@ -135,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tool-timeout", type=_positive, default=30.0, metavar="S",
                    help="kill a tool that runs longer than this (default 30)")
 
-    bench_cli.add_parser(sub, _roots, _state)
+    bench_args.add_parser(sub, _roots, _state)
     return parser
 
 
@@ -283,6 +283,8 @@ def _tls_files(args: argparse.Namespace) -> TLSFiles | None:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    from stortune.agent.bench import cli as bench_cli
+
     return bench_cli.run(args, _fs(args))
 
 

@@ -3,9 +3,15 @@
 Kernel settings vanish at reboot and a hot-plugged disk starts with kernel
 defaults, so the agent re-applies the last desired state it received when it
 starts and whenever the device graph changes. Changes are noticed through
-udev events when pyudev can watch the real /sys, else by a periodic rescan.
-Each pass re-reads everything (level-triggered): no event needs to be seen
-for the next pass to converge.
+uevents when the agent manages the real /sys, else by a periodic rescan (which
+also runs alongside the events). Each pass re-reads everything
+(level-triggered): no event needs to be seen for the next pass to converge.
+
+The uevents come straight from the kernel's netlink socket, the one udev
+reads, with no udev library in between (pyudev and ctypes cost the idle agent
+about 1 MiB). While udevd runs the agent takes udevd's re-broadcast, sent once
+its rules ran, so a distribution's rule that sets a new disk's scheduler runs
+before the agent applies the profile, not after it.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from __future__ import annotations
 import logging
 import select
 import signal
+import socket
 import threading
 from pathlib import Path
 from types import FrameType
@@ -30,6 +37,8 @@ class Waiter(Protocol):
         """Block up to ``timeout`` s; True when a block device event arrived."""
         ...
 
+    def close(self) -> None: ...
+
 
 class _Sleeper:
     def __init__(self, stop: threading.Event) -> None:
@@ -39,34 +48,71 @@ class _Sleeper:
         self._stop.wait(timeout)
         return False
 
+    def close(self) -> None:
+        pass
 
-class _UdevWaiter:
-    """Wakes on udev block events; falls back to the timeout when none come."""
 
-    def __init__(self, stop: threading.Event) -> None:
-        import pyudev
+NETLINK_KOBJECT_UEVENT = 15  # linux/netlink.h
+#: Multicast groups of that socket: the kernel's uevents, and udevd's once its rules ran.
+KERNEL_EVENTS, UDEV_EVENTS = 1, 2
+#: udevd's control socket, there while udevd runs (libudev looks for it too).
+UDEVD_CONTROL = Path("/run/udev/control")
+#: A burst (a disk and its partitions) ends after this long without another event.
+_BURST_S = 0.2
 
+
+def is_block_event(message: bytes) -> bool:
+    """Whether a uevent is about a block device.
+
+    Kernel messages are ``ACTION@DEVPATH`` then ``KEY=VALUE`` strings, udevd's
+    a binary header then the same strings; all NUL-separated either way.
+    """
+    return b"SUBSYSTEM=block" in message.split(b"\0")
+
+
+class UeventWaiter:
+    """Wakes on block-device uevents; otherwise returns at the timeout.
+
+    Sending to these groups takes CAP_NET_ADMIN, and an event only causes a
+    rescan that re-reads everything, so what a message says is never trusted
+    beyond "look again".
+    """
+
+    def __init__(self, stop: threading.Event, group: int) -> None:
         self._stop = stop
-        self._monitor = pyudev.Monitor.from_netlink(pyudev.Context())
-        self._monitor.filter_by(subsystem="block")
-        self._monitor.start()
+        self._sock = socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC,
+                                   NETLINK_KOBJECT_UEVENT)
+        try:
+            self._sock.bind((0, group))
+        except OSError:
+            self._sock.close()
+            raise
 
     def wait(self, timeout: float) -> bool:
-        ready, _, _ = select.select([self._monitor], [], [], timeout)
-        if not ready:
-            return False
-        # Drain the burst (a disk brings its partitions): one rescan for all.
-        while self._monitor.poll(timeout=0.2) is not None:
-            pass
-        return not self._stop.is_set()
+        block = False
+        deadline = timeout
+        # The first event may come at any time up to ``timeout``; then drain the burst
+        # it starts, so that one rescan covers a disk and all its partitions.
+        while select.select([self._sock], [], [], deadline)[0]:
+            try:
+                block = is_block_event(self._sock.recv(1 << 16)) or block
+            except OSError as exc:  # ENOBUFS: events were dropped; look again to be safe
+                log.debug("uevents lost (%s)", exc)
+                block = True
+            deadline = _BURST_S
+        return block and not self._stop.is_set()
+
+    def close(self) -> None:
+        self._sock.close()
 
 
 def make_waiter(fs: KernelFS, stop: threading.Event) -> Waiter:
     if fs.sysfs.resolve() == Path("/sys"):
+        group = UDEV_EVENTS if UDEVD_CONTROL.exists() else KERNEL_EVENTS
         try:
-            return _UdevWaiter(stop)
-        except Exception as exc:
-            log.info("udev events unavailable (%s); rescanning periodically", exc)
+            return UeventWaiter(stop, group)
+        except OSError as exc:
+            log.info("uevents unavailable (%s); rescanning periodically", exc)
     return _Sleeper(stop)
 
 
@@ -112,19 +158,22 @@ def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
     waiter = make_waiter(fs, stop)
     last = local.discover(fs).structure_hash()
     log.info("watching for device changes (rescan every %.0f s)", interval)
-    while not stop.is_set():
-        event = waiter.wait(interval)
-        if stop.is_set():
-            break
-        current = local.discover(fs).structure_hash()
-        if current != last or event or retry:
-            log.info("device graph changed (%s -> %s): converging", last, current)
-            last = current
-            try:
-                converge(fs, state_dir)
-                retry = False
-            except BenchmarkBusyError as exc:
-                # Nothing changes under a benchmark; the next rescan tries again.
-                log.info("re-apply postponed: %s", exc)
-                retry = True
+    try:
+        while not stop.is_set():
+            event = waiter.wait(interval)
+            if stop.is_set():
+                break
+            current = local.discover(fs).structure_hash()
+            if current != last or event or retry:
+                log.info("device graph changed (%s -> %s): converging", last, current)
+                last = current
+                try:
+                    converge(fs, state_dir)
+                    retry = False
+                except BenchmarkBusyError as exc:
+                    # Nothing changes under a benchmark; the next rescan tries again.
+                    log.info("re-apply postponed: %s", exc)
+                    retry = True
+    finally:
+        waiter.close()
     return 0

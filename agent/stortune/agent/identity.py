@@ -11,21 +11,28 @@ agent keeps its own under ``STATE_DIR/tls`` and asks for a new certificate at
 start when it has none, when it no longer fits its key or name, and a month
 before it expires (``tlsfiles.RENEW_BEFORE``).
 
-No grpc here; the serving side is ``mtls``. cryptography (``tls``) is imported
-only to make a key and a CSR: an agent whose certificate is good does without.
+No grpc here; the serving side is ``mtls``. The key and the CSR are made by a
+short-lived child process (``python -m stortune.agent.csr``), the one place the
+agent uses cryptography (``tls``): its libraries would otherwise stay resident,
+about 12 MiB, for the agent's whole life after one enrollment. The certificate
+that comes back is checked with the standard library (``usable``) before it
+replaces anything.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import random
+import subprocess
+import sys
 import threading
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stortune.agent.registration import RequestFailed, backoff_delay, call_json
-from stortune.api.agent.tlsfiles import TLSError, TLSFiles
+from stortune.api.agent.tlsfiles import TLSError, TLSFiles, write_private
 
 log = logging.getLogger("stortune.agent.identity")
 
@@ -60,23 +67,54 @@ def usable(files: TLSFiles, name: str) -> str | None:
     return None
 
 
-def request_certificate(enrollment: Enrollment, key_pem: bytes) -> tuple[bytes, bytes]:
+def make_csr(key: Path, name: str, timeout: float = 60.0) -> bytes:
+    """A CSR for ``name`` signed by the key in ``key`` (made there first if it is missing or
+    unusable), from a child process: see the module's docstring."""
+    try:
+        done = subprocess.run([sys.executable, "-m", "stortune.agent.csr", str(key), name],
+                              capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EnrollmentError(f"cannot make a key and a CSR in {key.parent}: {exc}") from None
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()
+        raise EnrollmentError(f"cannot make a key and a CSR in {key.parent}: "
+                              f"{why[-1] if why else f'exit code {done.returncode}'}")
+    return done.stdout
+
+
+def request_certificate(enrollment: Enrollment, csr_pem: bytes) -> tuple[bytes, bytes]:
     """One CSR round trip: (certificate, CA) PEM. RequestFailed when the server says no."""
-    from stortune.api.agent import tls
     if not enrollment.server.startswith(("http://", "https://")):
         raise EnrollmentError(f"server URL {enrollment.server!r} must start with http:// or https://")
     _, data = call_json(urllib.request.build_opener(), enrollment.server.rstrip("/"), "POST",
-                        "/api/v1/agents/certificate",
-                        {"name": enrollment.name, "csr": tls.make_csr(key_pem, enrollment.name).decode()},
+                        "/api/v1/agents/certificate", {"name": enrollment.name, "csr": csr_pem.decode()},
                         what="certificate request", token=enrollment.token,
                         timeout=enrollment.timeout, version=enrollment.version)
     cert, ca = data.get("certificate"), data.get("ca")
     if not isinstance(cert, str) or not isinstance(ca, str):
         raise RequestFailed("certificate request: the answer has no certificate and CA")
-    cert_pem, ca_pem = cert.encode(), ca.encode()
-    if not tls.matches_key(cert_pem, key_pem) or not tls.issued_by(cert_pem, ca_pem):
-        raise RequestFailed("certificate request: the certificate does not fit the key or the CA")
-    return cert_pem, ca_pem
+    return cert.encode(), ca.encode()
+
+
+def install(files: TLSFiles, name: str, cert_pem: bytes, ca_pem: bytes) -> None:
+    """Put a certificate and its CA in place once they make a usable identity with the key.
+
+    Checked on copies beside the real files, which are replaced only then (each
+    atomically): a wrong answer leaves the previous files as they were.
+    """
+    staged = replace(files, cert=files.cert.with_name(f".{files.cert.name}.new"),
+                     ca=files.ca.with_name(f".{files.ca.name}.new"))
+    try:
+        write_private(staged.cert, cert_pem, 0o644)
+        write_private(staged.ca, ca_pem, 0o644)
+        why = usable(staged, name)
+        if why is not None:
+            raise RequestFailed(f"certificate request: the answer is not usable: {why}")
+        os.replace(staged.ca, files.ca)
+        os.replace(staged.cert, files.cert)
+    finally:
+        for path in (staged.cert, staged.ca):
+            path.unlink(missing_ok=True)
 
 
 def enroll(files: TLSFiles, enrollment: Enrollment, stop: threading.Event) -> None:
@@ -86,19 +124,13 @@ def enroll(files: TLSFiles, enrollment: Enrollment, stop: threading.Event) -> No
     why = usable(files, enrollment.name)
     if why is None:
         return
-    from stortune.api.agent import tls  # cryptography: only now that a key and a CSR are needed
-
-    try:
-        key = files.key.read_bytes()
-        tls.make_csr(key, enrollment.name)
-    except (OSError, TLSError):
-        key = tls.new_key()
-        tls.write_private(files.key, key)
+    csr = make_csr(files.key, enrollment.name)
     log.info("asking %s for a certificate as %r: %s", enrollment.server, enrollment.name, why)
     attempt = 0
     while True:
         try:
-            cert, ca = request_certificate(enrollment, key)
+            cert, ca = request_certificate(enrollment, csr)
+            install(files, enrollment.name, cert, ca)
         except RequestFailed as exc:
             if exc.status in (401, 403, 409, 422):
                 raise EnrollmentError(f"the control plane refused a certificate: {exc}") from None
@@ -108,7 +140,6 @@ def enroll(files: TLSFiles, enrollment: Enrollment, stop: threading.Event) -> No
             if stop.wait(delay):
                 raise EnrollmentError("stopped before a certificate was obtained") from None
             continue
-        files.write(key, cert, ca)
         log.info("certificate for %r obtained, valid until %s", enrollment.name,
-                 f"{tls.expires(cert):%Y-%m-%d}")
+                 f"{files.server_identity(enrollment.name).not_after:%Y-%m-%d}")
         return

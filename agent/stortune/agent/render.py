@@ -7,8 +7,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
-import yaml
-
 from stortune.schemas.plan import Plan
 from stortune.schemas.topology import Topology
 
@@ -17,6 +15,8 @@ def dump(data: Any, fmt: str, out: TextIO = sys.stdout) -> None:
     if fmt == "json":
         out.write(json.dumps(data, indent=2, sort_keys=True) + "\n")
     else:
+        import yaml  # only for -o yaml: the serving agent never loads it
+
         out.write(yaml.safe_dump(data, sort_keys=False, default_flow_style=False))
 
 

@@ -20,19 +20,22 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
 from stortune.agent import local
 from stortune.agent.bench.errors import UnknownRunError
-from stortune.agent.bench.manager import BenchmarkManager
+from stortune.agent.bench.store import RunStore
 from stortune.agent.journal import StateError, StateLockedError
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import wire
 from stortune.api.agent.wire import BENCHMARK_STATES, BenchmarkProgress, HostInfo
-from stortune.schemas.bench.results import RunProgress
 from stortune.schemas.documents import DocumentError
+
+if TYPE_CHECKING:
+    from stortune.agent.bench.manager import BenchmarkManager
+    from stortune.schemas.bench.results import RunProgress
 
 log = logging.getLogger("stortune.agent.rpc")
 
@@ -194,14 +197,39 @@ class AgentService(wire.AgentServiceServicer):
         self.state_dir = state_dir
         self.apply_lock = apply_lock or threading.Lock()
         self.benchmarks = benchmarks or BenchmarkRegistry()
-        #: Runs benchmarks and publishes their progress into ``benchmarks``; while one
-        #: runs, Apply and Restore fail fast with ABORTED ("busy: benchmark <id> running").
-        self.bench = bench or BenchmarkManager(fs, state_dir, on_progress=progress_sink(self.benchmarks),
-                                               agent_version=agent_version())
+        self._bench = bench
+        self._bench_lock = threading.Lock()
         #: Where diagnostics look for lsblk, smartctl ... (None: this process's PATH).
         self.tool_path = tool_path
         self._version = agent_version()
         self._started = int(time.time()) if started_unix is None else started_unix
+        if bench is None and RunStore(state_dir).unfinished():
+            self._bench_manager()  # concludes the runs a dead agent left behind, now
+
+    @property
+    def bench(self) -> BenchmarkManager:
+        """Runs benchmarks and publishes their progress into ``benchmarks``; while one
+        runs, Apply and Restore fail fast with ABORTED ("busy: benchmark <id> running")."""
+        return self._bench_manager()
+
+    def _bench_manager(self) -> BenchmarkManager:
+        # Made on first use: an idle agent holds neither fio's machinery nor the benchmark models.
+        with self._bench_lock:
+            if self._bench is None:
+                from stortune.agent.bench.manager import BenchmarkManager
+
+                self._bench = BenchmarkManager(self.fs, self.state_dir,
+                                               on_progress=progress_sink(self.benchmarks),
+                                               agent_version=self._version)
+            return self._bench
+
+    def close(self) -> None:
+        """Stop the running benchmark, if any (no fio outlives the agent), and end every watch."""
+        with self._bench_lock:
+            bench = self._bench
+        if bench is not None:
+            bench.close()
+        self.benchmarks.close()
 
     @contextlib.contextmanager
     def _serialised(self, context: grpc.ServicerContext) -> Iterator[None]:

@@ -118,7 +118,6 @@ class Agent:
         self.apply_lock = threading.Lock()
         self.service = AgentService(fs, state_dir, apply_lock=self.apply_lock,
                                     benchmarks=self.benchmarks, tool_path=options.tool_path)
-        self.bench = self.service.bench
         self.registrar: Registrar | None = None
         self.address = ""  # bound HOST:PORT, known after start()
         self._stop = threading.Event()
@@ -253,9 +252,15 @@ class Agent:
         self._threads.append(thread)
 
     def _watch_devices(self) -> None:
+        waiter = daemon.make_waiter(self.fs, self._stop)
+        try:
+            self._watch(waiter)
+        finally:
+            waiter.close()
+
+    def _watch(self, waiter: daemon.Waiter) -> None:
         """daemon.run's loop, waking at least once a second so stop() is prompt."""
         interval = self.options.rescan_interval
-        waiter = daemon.make_waiter(self.fs, self._stop)
         next_scan = time.monotonic() + interval
         while not self._stop.is_set():
             event = waiter.wait(max(0.0, min(1.0, next_scan - time.monotonic())))
@@ -289,8 +294,7 @@ class Agent:
         self._stop.set()
         if self.registrar is not None:
             self.registrar.stop()
-        self.bench.close()  # no fio outlives the agent
-        self.benchmarks.close()
+        self.service.close()  # no fio outlives the agent
         for thread in self._threads:
             thread.join(timeout=self.options.grace + 15)
             if thread.is_alive():

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-import yaml
 from pydantic import ValidationError
 
 from stortune.schemas.profile import API_VERSION, StorageProfile
@@ -82,6 +81,8 @@ def parse_profile(data: Any, where: str = "document") -> StorageProfile:
 
 def load_yaml_documents(text: str, source: str = "<input>") -> list[tuple[str, Any]]:
     """(where, data) for each non-empty YAML document in ``text``."""
+    import yaml  # here: the serving agent receives and stores JSON only, and need not load it
+
     try:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:

@@ -364,10 +364,10 @@ class BenchmarkManager:
     # -- after a crash -----------------------------------------------------------------
     def _recover_stale(self) -> None:
         holder = journal.benchmark_running(self.state_dir) if self.state_dir.is_dir() else None
-        for run_id in self.store.runs():
-            where = self.store.dir(run_id)
-            if (where / "result.json").exists() or run_id == holder:
+        for run_id in self.store.unfinished():
+            if run_id == holder:
                 continue
+            where = self.store.dir(run_id)
             stored = self.store.read_status(run_id)
             if stored is not None and stored[1]:
                 self._kill_stale_fio(stored[1], where)

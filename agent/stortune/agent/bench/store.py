@@ -10,7 +10,9 @@
             stderr.txt            fio's stderr, kept apart from the JSON
 
 Whole files are replaced atomically (``journal.atomic_write``), so a crash
-leaves the previous status or result, never half of one.
+leaves the previous status or result, never half of one. The result models are
+imported where they are read: serve mode asks ``unfinished()`` at start without
+loading them.
 """
 
 from __future__ import annotations
@@ -21,16 +23,19 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from stortune.agent.bench.errors import BenchmarkError, UnknownRunError
 from stortune.agent.journal import atomic_write
-from stortune.schemas.bench.results import BenchmarkResult, RunProgress
+
+if TYPE_CHECKING:
+    from stortune.schemas.bench.results import BenchmarkResult, RunProgress
 
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
+RESULT = "result.json"
 
 
 def new_run_id() -> str:
@@ -70,6 +75,8 @@ class RunStore:
         atomic_write(self.dir(progress.run_id) / "status.json", _dumps(data))
 
     def read_status(self, run_id: str) -> tuple[RunProgress, int | None] | None:
+        from stortune.schemas.bench.results import RunProgress
+
         data = _load(self.dir(run_id) / "status.json")
         if not isinstance(data, dict):
             return None
@@ -80,11 +87,13 @@ class RunStore:
             return None
 
     def write_result(self, result: BenchmarkResult) -> None:
-        atomic_write(self.dir(result.run_id) / "result.json",
+        atomic_write(self.dir(result.run_id) / RESULT,
                      result.model_dump_json(indent=1).encode())
 
     def read_result(self, run_id: str) -> BenchmarkResult | None:
-        path = self.dir(run_id) / "result.json"
+        from stortune.schemas.bench.results import BenchmarkResult
+
+        path = self.dir(run_id) / RESULT
         if not self.dir(run_id).is_dir():
             raise UnknownRunError(run_id)
         try:
@@ -99,6 +108,10 @@ class RunStore:
             return sorted(p.name for p in self.root.iterdir() if p.is_dir() and _RUN_ID.fullmatch(p.name))
         except FileNotFoundError:
             return []
+
+    def unfinished(self) -> list[str]:
+        """Runs without a result: running now, or interrupted when their agent died."""
+        return [r for r in self.runs() if not (self.root / r / RESULT).exists()]
 
     def delete(self, run_id: str) -> None:
         path = self.dir(run_id)

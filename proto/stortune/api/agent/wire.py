@@ -22,8 +22,6 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from stortune.api.agent.v1 import agent_pb2 as pb
 from stortune.api.agent.v1 import agent_pb2_grpc as pb_grpc
-from stortune.schemas.bench.results import BenchmarkResult
-from stortune.schemas.bench.spec import BenchmarkSpec, parse_benchmark
 from stortune.schemas.documents import DocumentError, Problem, duplicate_names, parse_profile
 from stortune.schemas.plan import Plan
 from stortune.schemas.profile import StorageProfile
@@ -32,6 +30,10 @@ from stortune.schemas.topology import Topology, TunableState
 if TYPE_CHECKING:
     import grpc
     import grpc.aio
+
+    # Imported where a benchmark message is decoded: an idle agent does not hold these models.
+    from stortune.schemas.bench.results import BenchmarkResult
+    from stortune.schemas.bench.spec import BenchmarkSpec
 
 # -- generated names the servicer and the client need -------------------------
 AgentServiceServicer = pb_grpc.AgentServiceServicer
@@ -387,6 +389,8 @@ def start_request(run_id: str, spec: BenchmarkSpec) -> pb.StartBenchmarkRequest:
 
 def start_call(msg: pb.StartBenchmarkRequest) -> tuple[str, BenchmarkSpec]:
     """(run id, spec); a DocumentError names ``spec_json`` and the path inside the spec."""
+    from stortune.schemas.bench.spec import parse_benchmark
+
     run_id = _run_id(msg)
     try:
         data = json.loads(msg.spec_json)
@@ -437,6 +441,8 @@ def result_response(outcome: BenchmarkOutcome) -> pb.GetBenchmarkResultResponse:
 
 
 def result_from(msg: pb.GetBenchmarkResultResponse) -> BenchmarkOutcome:
+    from stortune.schemas.bench.results import BenchmarkResult
+
     result = _decode(BenchmarkResult, msg.result_json, "result_json") if msg.result_json else None
     return BenchmarkOutcome(progress=progress_from(msg.progress), result=result,
                             raw_files=dict(msg.raw_files), info=host_from(msg.host))

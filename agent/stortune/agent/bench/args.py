@@ -1,0 +1,37 @@
+"""The ``stortune-agent bench`` arguments.
+
+Apart from ``cli`` (which runs them) so that building the agent's parser, which
+every command does, serve included, does not load fio's machinery and the
+benchmark models.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+from stortune.schemas.bench.presets import PRESET_NAMES
+
+
+def add_parser(sub: Any, roots: Callable[[argparse.ArgumentParser], None],
+               state: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser("bench", help="run a BenchmarkSpec or a preset on this host (fio)")
+    roots(p)
+    p.add_argument("--dev", default="/dev", help="device node root (default /dev)")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("-f", "--file", metavar="SPEC.yaml", help="a BenchmarkSpec document (- for stdin)")
+    source.add_argument("--preset", choices=PRESET_NAMES, help="run one preset on --target")
+    p.add_argument("--target", metavar="DEV|FILE",
+                   help="with --preset: a device (loop3, /dev/sdb) or a file path on a filesystem")
+    p.add_argument("--file-size", default="1GiB", help="with a file --target: its size (default 1GiB)")
+    p.add_argument("--size", help="with --preset: bytes per job (4M, 1GiB)")
+    p.add_argument("--runtime", help="with --preset: per step (10s, 2m)")
+    p.add_argument("--repeats", type=int, default=1, help="with --preset: runs of each step")
+    p.add_argument("--allow-destructive", action="store_true",
+                   help="with --preset: allow writes to a raw device (destroys its contents)")
+    p.add_argument("--run-id", help="name of the run (default: time and a random suffix)")
+    p.add_argument("--baseline", metavar="RESULT.json",
+                   help="compare with an earlier result (this command's -o json, or a run's result.json)")
+    state(p)
+    p.add_argument("-o", "--output", choices=("table", "json"), default="table")
