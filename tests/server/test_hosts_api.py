@@ -247,13 +247,13 @@ def test_many_pollers_after_a_write_share_one_render_and_all_see_the_write(
     client.post(f"{AGENTS}/register", json=registration())
     client.get(HOSTS)
     renders = []
-    real = hosts.list_hosts
+    real = hosts.listed
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         renders.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(hosts, "list_hosts", counted)
+    monkeypatch.setattr(hosts, "listed", counted)
     client.patch(f"{HOSTS}/h1/labels", json={"labels": {"tier": "gold"}})
 
     async def poll() -> list[dict[str, Any]]:
@@ -274,6 +274,36 @@ def test_many_pollers_after_a_write_share_one_render_and_all_see_the_write(
     assert len(answers) == 30
     assert all(a["items"][0]["metadata"]["labels"]["tier"] == "gold" for a in answers)
     assert len(renders) == 1, "one render served every poller"
+
+
+def test_after_writes_the_list_encodes_only_the_hosts_that_changed(
+        app: Any, client: TestClient, monkeypatch: Any) -> None:
+    from stortune.server.models.hosts import HostDocument
+
+    for i in range(5):
+        client.post(f"{AGENTS}/register", json=registration(f"h{i}"))
+    assert len(client.get(HOSTS).json()["items"]) == 5
+    real, encoded = hosts.rows, []
+
+    def counted(session: Any, names: Any) -> Any:
+        encoded.extend(names)
+        return real(session, names)
+
+    monkeypatch.setattr(hosts, "rows", counted)
+    client.patch(f"{HOSTS}/h3/labels", json={"labels": {"tier": "gold"}})
+    client.delete(f"{HOSTS}/h1")
+    client.post(f"{AGENTS}/register", json=registration("h5"))
+    listed = client.get(HOSTS).json()
+    assert encoded == ["h3", "h5"], "unchanged hosts are joined as they were encoded"
+    names = ["h0", "h2", "h3", "h4", "h5"]
+    with app.state.sessions() as session:
+        fresh = {r.name: HostDocument.from_row(r).model_dump(mode="json") for r in real(session, names)}
+    assert listed["items"] == [fresh[n] for n in names]
+    assert listed["items"][2]["metadata"]["labels"]["tier"] == "gold"
+    assert int(listed["metadata"]["resourceVersion"]) >= max(
+        int(i["metadata"]["resourceVersion"]) for i in listed["items"])
+    assert client.get(f"{HOSTS}/h3").json() == fresh["h3"] and encoded == ["h3", "h5"]
+    assert client.get(f"{HOSTS}/h1").status_code == 404
 
 
 def test_a_growing_fleet_is_told_to_heartbeat_less_often_with_longer_leases(

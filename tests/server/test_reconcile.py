@@ -162,6 +162,32 @@ def test_idle_passes_write_nothing(
     assert calls(agent, "apply") == applies
 
 
+def test_idle_passes_read_the_host_and_its_profiles_again_only_after_a_write(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stortune.server.reconciler import store
+
+    setup_streaming(client, eventually)
+    eventually(lambda: client.get(f"{API}/profiles/streaming").json()["status"].get("hosts", {})
+               .get("applied") == 1, what="the profile's summary (the last write)")
+    passes(eventually, agent, 2)
+    loads: list[str] = []
+    real = store._load
+
+    def counted(session: Any, name: str, cache: Any) -> Any:
+        loads.append(name)
+        return real(session, name, cache)
+
+    monkeypatch.setattr(store, "_load", counted)
+    passes(eventually, agent, 3)
+    assert loads == [], "nothing was written: the view read at this resourceVersion still holds"
+    client.put(f"{API}/hosts/h1/labels", json={"labels": {"tier": "gold"}})  # a write
+    passes(eventually, agent, 2)
+    assert loads and set(loads) == {"h1"}
+    set_value(agent, 128)  # drift is still seen by an idle pass
+    eventually(lambda: value(agent) == 4096, what="drift corrected")
+
+
 # -- drift ------------------------------------------------------------------------------------
 def test_drift_is_reported_and_corrected_in_enforce_mode(
     app: FastAPI, client: TestClient, agent: FakeAgentClient, eventually: Eventually,
@@ -394,3 +420,51 @@ def test_the_periodic_pass_does_not_cut_a_backoff_short(db_url: str) -> None:
     finally:
         engine.dispose()
     assert calls(failing, "apply") == 1 and calls(healthy, "apply") == 1
+
+
+def test_later_passes_spread_the_hosts_over_the_interval(db_url: str) -> None:
+    """The first pass looks at every host at once; later ones queue them one by one across the
+    interval, so a fleet's drift checks do not arrive as one burst."""
+    from stortune.server.controller import bind
+    from stortune.server.db.engine import make_engine, make_sessions
+    from stortune.server.db.migrate import upgrade
+    from stortune.server.models.agents import Registration
+    from stortune.server.reconciler import Reconciler
+    from stortune.server.services import hosts
+
+    names = ("h1", "h2", "h3", "h4")
+    agents = FakeAgentClients()
+    fakes = [agents.add(FakeAgentClient(address=f"{n}.example:7443", topology=loop_topology(n)))
+             for n in names]
+    engine = make_engine(db_url)
+    upgrade(engine)
+    sessions = make_sessions(engine)
+    clock = FakeClock()
+    with sessions() as session:
+        for name in names:
+            hosts.register(session, Registration.model_validate(registration(name)),
+                           lease_duration_s=15, now=clock())
+
+    def looked_at(name: str) -> bool:  # the reconciler wrote what it saw
+        with sessions() as session:
+            return hosts.get(session, name).status.get("checkedBootId") is not None
+
+    async def scenario() -> dict[str, float]:
+        reconciler = Reconciler(sessions, agents, interval=100, clock=clock)
+        bind(sessions, reconciler)
+        await reconciler.start()
+        try:
+            while not await asyncio.to_thread(lambda: all(looked_at(name) for name in names)):
+                await asyncio.sleep(0.01)  # the first pass: every host at once
+            assert all(calls(fake, "get_observed") == 1 for fake in fakes) and reconciler.scheduled() == {}
+            await reconciler.resync()
+            return reconciler.scheduled()
+        finally:
+            await reconciler.stop()
+
+    try:
+        scheduled = asyncio.run(asyncio.wait_for(scenario(), timeout=15))
+    finally:
+        engine.dispose()
+    assert sorted(scheduled) == ["h2", "h3", "h4"]  # h1's turn is now
+    assert [round(scheduled[n]) for n in ("h2", "h3", "h4")] == [25, 50, 75]

@@ -17,7 +17,7 @@ from stortune.server.api.audit import Auditor
 from stortune.server.api.deps import Clock
 from stortune.server.api.limits import BodyLimits
 from stortune.server.api.ratelimit import RateLimiter
-from stortune.server.api.rendered import RenderedCache, VersionReader
+from stortune.server.api.rendered import DocumentCache, RenderedCache
 from stortune.server.api.router import API_PREFIX, api_router, health_router
 from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.controller import Controller, bind
@@ -26,6 +26,7 @@ from stortune.server.db.migrate import upgrade
 from stortune.server.reconciler import Reconciler
 from stortune.server.services.agent_pki import AgentPki
 from stortune.server.services.pacing import FleetSize
+from stortune.server.services.versions import VersionReader
 from stortune.server.settings import Settings
 
 VERSION = "0.1.0"
@@ -60,8 +61,9 @@ def create_app(
 
     State lives on ``app.state``: ``settings``, ``engine``, ``sessions`` (a
     sessionmaker), ``controller``, ``agents`` (the AgentClientFactory), ``clock``,
-    ``authenticator``, ``rate_limiter``, ``rendered`` and ``versions`` (api/rendered.py),
-    ``fleet_size`` (services/pacing.py).
+    ``authenticator``, ``rate_limiter``, ``rendered`` and ``host_documents``
+    (api/rendered.py), ``versions`` (services/versions.py), ``fleet_size``
+    (services/pacing.py).
     The engine is disposed when the app shuts down (or call ``app.state.engine.dispose()``).
 
     Every call under /api/v1 needs a bearer token (api/access.py): tokens are
@@ -77,10 +79,12 @@ def create_app(
     # The one factory of agent clients: the reconciler, benchmark runs and diagnostics share it.
     if agents is None:
         agents = AgentClients(tls=pki.client if pki is not None else None)
+    versions = VersionReader(sessions)  # shared: API GETs and drift checks read it in the same batches
     if controller is None:
         controller = Reconciler(
             sessions, agents,
             interval=settings.reconcile_interval_s, workers=settings.reconcile_workers, clock=now,
+            versions=versions,
         )
     bind(sessions, controller)
     running = controller if isinstance(controller, Runnable) else None
@@ -122,7 +126,8 @@ def create_app(
     app.state.agent_pki = pki
     app.state.clock = now
     app.state.rendered = RenderedCache()
-    app.state.versions = VersionReader(sessions)
+    app.state.host_documents = DocumentCache()
+    app.state.versions = versions
     app.state.fleet_size = FleetSize(sessions)
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
     app.state.rate_limiter = RateLimiter()

@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import anyio.to_thread
 from fastapi import Request, Response
 from sqlalchemy.orm import Session, sessionmaker
 
-from stortune.server.services.versions import current_resource_version
+from stortune.server.services.versions import VersionReader, current_resource_version
+from stortune.server.versioned import VersionedCache
 
 JSON_MEDIA = "application/json"
+#: (resourceVersion, body, the body gzip-compressed or None when it is small)
+Rendered = tuple[int, bytes, bytes | None]
 #: Smaller bodies go as they are: compressing them saves less than it costs.
 GZIP_MIN_BYTES = 4096
 
@@ -34,48 +35,30 @@ GZIP_MIN_BYTES = 4096
 class RenderedCache:
     """A small LRU of (key) -> (resourceVersion, encoded body); safe across the threadpool.
 
-    Each body also keeps its gzip form once a client asked for it: a fleet's
-    host list is hundreds of kilobytes of repetitive JSON, compressed once per
-    version instead of once per request.
+    A body of more than a few kilobytes also keeps its gzip form, made by the
+    render that made it: a fleet's host list is hundreds of kilobytes of
+    repetitive JSON, compressed once per version (about 2 ms for 200 hosts)
+    instead of by every poller that arrives after a write.
     """
 
     def __init__(self, size: int = 512) -> None:
-        self._size = size
-        self._entries: OrderedDict[Hashable, tuple[int, bytes, bytes | None]] = OrderedDict()
-        self._lock = threading.Lock()
-        self._flights: dict[Hashable, asyncio.Task[tuple[int, bytes]]] = {}
+        self._entries: VersionedCache[Hashable, Rendered] = VersionedCache(size)
+        self._flights: dict[Hashable, asyncio.Task[Rendered]] = {}
 
-    def get(self, key: Hashable, version: int, *, gzipped: bool = False) -> bytes | None:
-        """The body at ``version``; ``gzipped``: its compressed form, if made already."""
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is None or entry[0] != version:
-                return None
-            self._entries.move_to_end(key)
-            return entry[2] if gzipped else entry[1]
+    def get(self, key: Hashable, version: int) -> Rendered | None:
+        """The body at ``version``, with its gzip form when it is large enough to have one."""
+        return self._entries.get(key, version)
 
-    def compress(self, key: Hashable, version: int, body: bytes) -> bytes:
-        """``body`` (the one cached at ``version``) gzip-compressed, kept with it while it is current."""
-        packed = gzip.compress(body, compresslevel=6, mtime=0)
-        with self._lock:
-            entry = self._entries.get(key)
-            if entry is not None and entry[0] == version:
-                self._entries[key] = (version, body, packed)
-        return packed
-
-    def put(self, key: Hashable, version: int, body: bytes) -> None:
-        with self._lock:
-            current = self._entries.get(key)
-            if current is not None and current[0] > version:
-                return  # a slower renderer of an older snapshot must not replace a newer body
-            self._entries[key] = (version, body, None)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
+    def put(self, key: Hashable, version: int, body: bytes) -> Rendered:
+        """Keep ``body`` (and its gzip form) as ``key`` at ``version``; call it off the event loop."""
+        packed = gzip.compress(body, compresslevel=3, mtime=0) if len(body) >= GZIP_MIN_BYTES else None
+        entry = (version, body, packed)
+        self._entries.put(key, version, entry)
+        return entry
 
     async def render(self, key: Hashable, version: int, sessions: sessionmaker[Session],
-                     render: Callable[[Session], bytes]) -> tuple[int, bytes]:
-        """(version, body) rendered at ``version`` or later, and cached.
+                     render: Callable[[Session], bytes]) -> Rendered:
+        """(version, body, gzipped body) rendered at ``version`` or later, and cached.
 
         One render per key at a time: when a write invalidates the host list
         under fifty pollers, the first renders and the others wait for it
@@ -98,60 +81,54 @@ class RenderedCache:
         return await asyncio.shield(flight)
 
     async def _render(self, key: Hashable, sessions: sessionmaker[Session],
-                      render: Callable[[Session], bytes]) -> tuple[int, bytes]:
+                      render: Callable[[Session], bytes]) -> Rendered:
+        def render_and_keep() -> Rendered:
+            return self.put(key, *_render(sessions, render))
+
         try:
-            version, body = await anyio.to_thread.run_sync(_render, sessions, render)
-            self.put(key, version, body)
-            return version, body
+            return await anyio.to_thread.run_sync(render_and_keep)
         finally:
             if self._flights.get(key) is asyncio.current_task():
                 del self._flights[key]
 
 
-class VersionReader:
-    """The current resourceVersion for many concurrent requests, one database lookup per batch.
+class DocumentCache:
+    """Each object's encoded document at its own resourceVersion: what lists are assembled from.
 
-    A request must see every write committed before it arrived, so it never
-    joins a lookup already under way: it waits for the next one, which starts
-    when the current one ends and answers everyone who arrived meanwhile.
-    Under load one threadpool hop serves dozens of requests (a hop costs more
-    CPU than the lookup itself).
+    A write changes one host's resourceVersion; the next list render encodes
+    that host again and joins the others as they were, instead of loading and
+    encoding the whole fleet after every write. Safe across the threadpool.
     """
 
-    def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self._sessions = sessions
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._waiting: asyncio.Future[int] | None = None  # the next lookup's answer
-        self._runner: asyncio.Task[None] | None = None
+    def __init__(self, size: int = 50_000) -> None:
+        self._docs: VersionedCache[str, bytes] = VersionedCache(size)
 
-    async def current(self) -> int:
-        loop = asyncio.get_running_loop()
-        if loop is not self._loop:  # a new event loop (tests start one per client): start afresh
-            self._loop, self._waiting, self._runner = loop, None, None
-        if self._waiting is None:
-            self._waiting = loop.create_future()
-        answer = self._waiting
-        if self._runner is None or self._runner.done():
-            self._runner = loop.create_task(self._run())
-        # shield: one caller going away must not cancel the lookup the others wait for
-        return await asyncio.shield(answer)
+    def encoded(self, wanted: Sequence[tuple[str, int]],
+                render: Callable[[Sequence[str]], Iterable[tuple[str, int, bytes]]]) -> list[bytes]:
+        """The documents of ``wanted`` (name, resourceVersion), in its order.
 
-    async def _run(self) -> None:
-        while self._waiting is not None:
-            answer, self._waiting = self._waiting, None
-            try:
-                version = await anyio.to_thread.run_sync(self._read)
-            except Exception as exc:  # every waiter gets it, as if it had looked itself
-                answer.set_exception(exc)
-            else:
-                answer.set_result(version)
-
-    def _read(self) -> int:
-        with self._sessions() as session:
-            return current_resource_version(session)
+        ``render(names)`` encodes the ones not kept at that version, as (name,
+        resourceVersion, document), all in one call; a name it does not return
+        (deleted meanwhile) is left out.
+        """
+        kept = {name: doc for name, version in wanted if (doc := self._docs.get(name, version)) is not None}
+        missing = [name for name, _ in wanted if name not in kept]
+        if missing:
+            for name, version, body in render(missing):
+                self._docs.put(name, version, body)
+                kept[name] = body
+        return [kept[name] for name, _ in wanted if name in kept]
 
 
-def _retrieved(task: asyncio.Task[tuple[int, bytes]]) -> None:
+def join_list(envelope: bytes, items: Sequence[bytes]) -> bytes:
+    """``envelope``, a list document encoded with no items, with ``items`` in it."""
+    empty = b'"items":[]}'
+    if not envelope.endswith(empty):
+        raise ValueError("the list envelope must end with its empty items")
+    return b"".join((envelope[:-len(empty)], b'"items":[', b",".join(items), b"]}"))
+
+
+def _retrieved(task: asyncio.Task[Rendered]) -> None:
     # Its waiters get its error; if they all went away, it must not be logged as lost.
     if not task.cancelled():
         task.exception()
@@ -191,16 +168,12 @@ async def respond(request: Request, key: Hashable, render: Callable[[Session], b
     headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
     if request.headers.get("if-none-match") == etag:
         return Response(status_code=304, headers=headers)
-    cached = cache.get(key, version)
-    if cached is None:
-        version, body = await cache.render(key, version, request.app.state.sessions, render)
-        headers["ETag"] = _etag(version, key)
-    else:
-        body = cached
-    if len(body) >= GZIP_MIN_BYTES and accepts_gzip(request.headers.get("accept-encoding", "")):
-        packed = cache.get(key, version, gzipped=True)
-        if packed is None:  # once per version, off the event loop
-            packed = await anyio.to_thread.run_sync(cache.compress, key, version, body)
+    rendered = cache.get(key, version)
+    if rendered is None:
+        rendered = await cache.render(key, version, request.app.state.sessions, render)
+        headers["ETag"] = _etag(rendered[0], key)
+    _, body, packed = rendered
+    if packed is not None and accepts_gzip(request.headers.get("accept-encoding", "")):
         headers["Content-Encoding"] = "gzip"
         body = packed
     return Response(body, media_type=JSON_MEDIA, headers=headers)

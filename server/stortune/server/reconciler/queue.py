@@ -148,3 +148,8 @@ class WorkQueue:
 
     def delayed(self) -> frozenset[str]:
         return frozenset(self._waiting)
+
+    def delays(self) -> dict[str, float]:
+        """Seconds until each delayed key is queued."""
+        now = self._loop.time()
+        return {key: handle.when() - now for key, handle in self._waiting.items()}

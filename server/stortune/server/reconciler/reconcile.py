@@ -22,6 +22,7 @@ from stortune.server.agentclient import AgentBusy, AgentClient, AgentClientFacto
 from stortune.server.reconciler import report, store
 from stortune.server.reconciler.decide import Decision, HostView, decide
 from stortune.server.reconciler.report import Outcome, Seen, Update
+from stortune.server.services.versions import VersionReader
 
 log = logging.getLogger(__name__)
 
@@ -40,10 +41,13 @@ class Deps:
     #: Called after each status write (profile summaries are due).
     wrote: Callable[[], None] = lambda: None
     topologies: store.Topologies = field(default_factory=store.Topologies)
+    views: store.Views = field(default_factory=store.Views)
+    #: The resourceVersion counter, read in batches on the event loop.
+    versions: VersionReader | None = None
 
 
 async def reconcile(deps: Deps, name: str) -> Result:
-    view = await asyncio.to_thread(store.load, deps.sessions, name, deps.topologies)
+    view = await _view(deps, name)
     if view is None:
         return Result.GONE
     agent = deps.agents.for_address(view.address, view.name)
@@ -63,6 +67,16 @@ async def reconcile(deps: Deps, name: str) -> Result:
     if outcome is not None and outcome.result is not None and outcome.result.ok:
         seen = await reobserve(agent, seen)
     return await _finish(deps, name, report.conclude(view, seen, decision, outcome))
+
+
+async def _view(deps: Deps, name: str) -> HostView | None:
+    """The host as stored now: the view kept from the last look while nothing was written since
+    (one counter read, shared with concurrent ones), else read again in a thread."""
+    if deps.versions is not None:
+        kept = deps.views.get(name, await deps.versions.current())
+        if kept is not None:
+            return kept
+    return await asyncio.to_thread(store.load, deps.sessions, name, deps.topologies, deps.views)
 
 
 async def observe(agent: AgentClient, view: HostView) -> Seen:

@@ -2,8 +2,9 @@
 
 ``start`` spawns the workers and the periodic pass; the first pass runs at
 once and queues every known host, so a restarted server picks up where the
-last one stopped. Each pass (every ``interval`` seconds) also expires leases
-and refreshes the profiles' status.
+last one stopped. Each later pass (every ``interval`` seconds) spreads the
+hosts evenly over the interval, and every pass expires leases and refreshes
+the profiles' status.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from stortune.server.reconciler import store
 from stortune.server.reconciler.queue import Backoff, WorkQueue
 from stortune.server.reconciler.reconcile import Deps, Result, reconcile
 from stortune.server.reconciler.summary import summarize
+from stortune.server.services.versions import VersionReader
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +42,7 @@ class Reconciler:
         clock: Callable[[], datetime] = _utcnow,
         backoff: Callable[[], Backoff] = Backoff,
         summary_delay: float = 1.0,
+        versions: VersionReader | None = None,
     ) -> None:
         self.agents = agents
         self.interval = interval
@@ -48,7 +51,8 @@ class Reconciler:
         self._clock = clock
         self._backoff = backoff
         self._summary_delay = summary_delay
-        self._deps = Deps(sessions, agents, clock, wrote=self._summaries_due)
+        self._deps = Deps(sessions, agents, clock, wrote=self._summaries_due,
+                          versions=versions or VersionReader(sessions))
         self._queue: WorkQueue | None = None
         self._summaries: asyncio.Event | None = None
         self._workers: list[asyncio.Task[None]] = []
@@ -89,14 +93,20 @@ class Reconciler:
             with contextlib.suppress(Exception):
                 await close()
 
-    async def resync(self) -> None:
+    async def resync(self, *, spread: bool = True) -> None:
         """Expire leases, then queue every host (drift detection, and whatever a lost request missed).
 
-        A host waiting out a retry backoff is left to it: the pass must not turn
-        a failing host's backoff into one attempt per interval. Nor is a host
-        queued again while it is being reconciled: that pass reads the state now
-        anyway, and a re-queue would retry a failure at once, skipping its
-        backoff. Requests from the API (a spec change) still go through at once.
+        With ``spread`` the hosts are queued one after another across the
+        interval, in name order, so each is still looked at once per interval,
+        but a fleet's drift checks arrive as a steady trickle instead of a
+        burst that holds up API requests every interval.
+
+        A host waiting out a retry backoff (or its turn from the last pass) is
+        left to it: the pass must not turn a failing host's backoff into one
+        attempt per interval. Nor is a host queued again while it is being
+        reconciled: that pass reads the state now anyway, and a re-queue would
+        retry a failure at once, skipping its backoff. Requests from the API (a
+        spec change) still go through at once.
         """
         assert self._queue is not None
         for name in await asyncio.to_thread(store.expire_leases, self._sessions, self._clock()):
@@ -104,10 +114,15 @@ class Reconciler:
         names = await asyncio.to_thread(store.host_names, self._sessions)
         # Read after the await and used without one: no worker changes them in between.
         backing_off = self._queue.delayed() | self._queue.processing()
-        for name in names:
-            if name not in backing_off:
-                self._queue.add(name)
+        due = [name for name in names if name not in backing_off]
+        step = self.interval / len(due) if spread and due else 0.0
+        for turn, name in enumerate(due):
+            self._queue.add_after(name, turn * step)
         self._summaries_due()
+
+    def scheduled(self) -> dict[str, float]:
+        """Hosts waiting for their turn in the pass or for a retry, and in how many seconds."""
+        return {} if self._queue is None else self._queue.delays()
 
     # -- tasks ------------------------------------------------------------------------
     async def _work(self) -> None:
@@ -128,9 +143,11 @@ class Reconciler:
                 queue.forget(key)
 
     async def _periodic(self) -> None:
+        first = True
         while True:
             try:
-                await self.resync()
+                await self.resync(spread=not first)
+                first = False
             except Exception:
                 log.exception("periodic pass failed; trying again in %gs", self.interval)
             await asyncio.sleep(self.interval)

@@ -23,6 +23,8 @@ from stortune.server.models.hosts import DeviceSetting
 from stortune.server.reconciler.decide import HostView
 from stortune.server.reconciler.report import Update
 from stortune.server.services import hosts, profiles
+from stortune.server.services.versions import current_resource_version
+from stortune.server.versioned import VersionedCache
 
 Sessions = sessionmaker[Session]
 
@@ -54,21 +56,46 @@ class Topologies:
                 self._parsed.popitem(last=False)
 
 
-def load(sessions: Sessions, name: str, topologies: Topologies | None = None) -> HostView | None:
+class Views(VersionedCache[str, HostView]):
+    """Each host's last HostView, kept with the resourceVersion the database was at when it was read.
+
+    The counter moves with every write of every object, so while it stands
+    still a view read at that value is still exactly what the database holds:
+    an idle fleet's drift checks then cost one counter read instead of loading
+    the host and its profiles again. Heartbeats do not move it.
+    """
+
+    def __init__(self, size: int = 20_000) -> None:
+        super().__init__(size)
+
+
+def load(sessions: Sessions, name: str, topologies: Topologies | None = None,
+         views: Views | None = None) -> HostView | None:
     """The host and the profiles it should run; None if the host is gone."""
-    cache = topologies or Topologies(size=1)
     with sessions() as session:
-        try:
-            host = hosts.get(session, name, with_topology=False)
-        except NotFound:
-            return None
-        topology = cache.get(host.topology_hash)
-        if topology is None and host.topology_hash is not None:
-            # The hash is a digest of the structure and values the agent sent with it.
-            topology = _topology(session.scalar(select(Host.topology).where(Host.name == name)))
-            cache.put(host.topology_hash, topology)
-        live = [profiles.stored_profile(r) for r in profiles.selecting(session, host.effective_labels)]
-        deleting = profiles.being_deleted(session, host.applied_generations)
+        # The counter first: what is read after it is at least as new as the version it is kept under.
+        version = current_resource_version(session)
+        kept = views.get(name, version) if views is not None else None
+        if kept is not None:
+            return kept
+        view = _load(session, name, topologies or Topologies(size=1))
+    if view is not None and views is not None:
+        views.put(name, version, view)
+    return view
+
+
+def _load(session: Session, name: str, cache: Topologies) -> HostView | None:
+    try:
+        host = hosts.get(session, name, with_topology=False)
+    except NotFound:
+        return None
+    topology = cache.get(host.topology_hash)
+    if topology is None and host.topology_hash is not None:
+        # The hash is a digest of the structure and values the agent sent with it.
+        topology = _topology(session.scalar(select(Host.topology).where(Host.name == name)))
+        cache.put(host.topology_hash, topology)
+    live = [profiles.stored_profile(r) for r in profiles.selecting(session, host.effective_labels)]
+    deleting = profiles.being_deleted(session, host.applied_generations)
     status = host.status
     return HostView(
         name=host.name, address=host.address, profiles=tuple(live),

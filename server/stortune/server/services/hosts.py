@@ -21,7 +21,7 @@ from stortune.server.models.agents import Heartbeat, Registration, TopologyUploa
 from stortune.server.models.hosts import ConditionStatus, DeviceSetting
 from stortune.server.services import events, finalizers
 from stortune.server.services.events import EventType
-from stortune.server.services.versions import current_resource_version, next_resource_version
+from stortune.server.services.versions import next_resource_version
 
 KIND = "Host"
 # Reachable: the lease (heartbeats) and the reconciler's calls to the agent.
@@ -57,11 +57,36 @@ def lease(session: Session, name: str) -> tuple[HostLease, bool]:
     return row[0], row[1]
 
 
-def list_hosts(session: Session, selector: LabelSelector | None = None) -> tuple[list[Host], int]:
-    """Hosts by name (topologies not loaded), and the resourceVersion the list is as new as."""
-    version = current_resource_version(session)
-    rows = session.scalars(select(Host).options(defer(Host.topology)).order_by(Host.name)).all()
-    return [h for h in rows if selector is None or selector.matches(h.effective_labels)], version
+def resource_version(session: Session, name: str) -> int:
+    found = session.scalar(select(Host.resource_version).where(Host.name == name))
+    if found is None:
+        raise NotFound(KIND, name)
+    return found
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A host as a list sees it before its document is needed: what changes with every write
+    (its resourceVersion) and what selects it (its effective labels)."""
+
+    name: str
+    resource_version: int
+    labels: dict[str, str]
+
+
+def listed(session: Session, selector: LabelSelector | None = None) -> list[Listed]:
+    """Every host by name, without loading its status or topology."""
+    rows = session.execute(select(Host.name, Host.resource_version, Host.labels, Host.reported_labels)
+                           .order_by(Host.name)).all()
+    out = [Listed(name, version, {**reported, **api}) for name, version, api, reported in rows]
+    return [h for h in out if selector is None or selector.matches(h.labels)]
+
+
+def rows(session: Session, names: Sequence[str]) -> list[Host]:
+    """The named hosts that exist (topologies not loaded)."""
+    if not names:
+        return []
+    return list(session.scalars(select(Host).options(defer(Host.topology)).where(Host.name.in_(names))))
 
 
 def labels_of(session: Session, name: str) -> dict[str, str] | None:

@@ -2,15 +2,23 @@
 
 Bumping it is the first statement of each write, so on PostgreSQL the row lock
 on the counter serialises writers in one order (counter, then objects) and two
-writers can never deadlock on each other's rows.
+writers can never deadlock on each other's rows. While it stands still nothing
+has changed, which is what cached GET answers and the reconciler's host views
+rely on: they read it often, through one ``VersionReader``.
 """
 
 from __future__ import annotations
 
+import asyncio
+
+import anyio.to_thread
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.db.tables import RESOURCE_VERSION, Counter
+
+# Built once: it is read for nearly every GET and every drift check.
+_CURRENT = select(Counter.value).where(Counter.name == RESOURCE_VERSION)
 
 
 def next_resource_version(session: Session) -> int:
@@ -25,4 +33,48 @@ def next_resource_version(session: Session) -> int:
 
 
 def current_resource_version(session: Session) -> int:
-    return session.scalars(select(Counter.value).where(Counter.name == RESOURCE_VERSION)).one()
+    return session.execute(_CURRENT).scalar_one()
+
+
+class VersionReader:
+    """The current resourceVersion for many concurrent requests, one database lookup per batch.
+
+    A request must see every write committed before it arrived, so it never
+    joins a lookup already under way: it waits for the next one, which starts
+    when the current one ends and answers everyone who arrived meanwhile.
+    Under load one threadpool hop serves dozens of requests (a hop costs more
+    CPU than the lookup itself).
+    """
+
+    def __init__(self, sessions: sessionmaker[Session]) -> None:
+        self._sessions = sessions
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._waiting: asyncio.Future[int] | None = None  # the next lookup's answer
+        self._runner: asyncio.Task[None] | None = None
+
+    async def current(self) -> int:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a new event loop (tests start one per client): start afresh
+            self._loop, self._waiting, self._runner = loop, None, None
+        if self._waiting is None:
+            self._waiting = loop.create_future()
+        answer = self._waiting
+        if self._runner is None or self._runner.done():
+            self._runner = loop.create_task(self._run())
+        # shield: one caller going away must not cancel the lookup the others wait for
+        return await asyncio.shield(answer)
+
+    async def _run(self) -> None:
+        while self._waiting is not None:
+            answer, self._waiting = self._waiting, None
+            try:
+                version = await anyio.to_thread.run_sync(self._read)
+            except Exception as exc:  # every waiter gets it, as if it had looked itself
+                answer.set_exception(exc)
+            else:
+                answer.set_result(version)
+
+    def _read(self) -> int:
+        with self._sessions() as session:
+            return current_resource_version(session)
+

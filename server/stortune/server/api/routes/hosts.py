@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -10,9 +11,10 @@ from sqlalchemy.orm import Session
 from stortune.server.api import label_selector
 from stortune.server.api.deps import NowDep, SessionDep
 from stortune.server.api.openapi import NOT_FOUND
-from stortune.server.api.rendered import respond
+from stortune.server.api.rendered import DocumentCache, join_list, respond
 from stortune.server.api.security import Authorized, VisibleHostName
 from stortune.server.auth import Permission, Principal
+from stortune.server.errors import NotFound
 from stortune.server.models.hosts import (
     HostDocument,
     HostLease,
@@ -23,6 +25,7 @@ from stortune.server.models.hosts import (
 )
 from stortune.server.models.meta import ListMeta, format_resource_version
 from stortune.server.services import hosts
+from stortune.server.services.versions import current_resource_version
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 
@@ -35,15 +38,26 @@ Remover = Annotated[Principal, Authorized(Permission.DELETE_HOSTS)]
 
 # The GETs below answer from encoded bodies kept until the next write (api/rendered.py),
 # with an ETag for If-None-Match.
+def _documents(request: Request, session: Session, wanted: Sequence[tuple[str, int]]) -> list[bytes]:
+    """The encoded documents of ``wanted`` (name, resourceVersion); only changed hosts are loaded."""
+    def render(names: Sequence[str]) -> list[tuple[str, int, bytes]]:
+        return [(row.name, row.resource_version, HostDocument.from_row(row).model_dump_json().encode())
+                for row in hosts.rows(session, names)]
+
+    cache: DocumentCache = request.app.state.host_documents
+    return cache.encoded(wanted, render)
+
+
 @router.get("", response_model=HostList)
 async def list_hosts(who: Reader, request: Request, selector: Selector = None) -> Response:
     parsed = label_selector.parse(selector)  # a bad selector is a 400 before any lookup
 
     def render(session: Session) -> bytes:
-        rows, version = hosts.list_hosts(session, parsed)
-        return HostList(metadata=ListMeta(resourceVersion=format_resource_version(version)),
-                        items=[HostDocument.from_row(r) for r in rows
-                               if who.may_see_host(r.effective_labels)]).model_dump_json().encode()
+        version = current_resource_version(session)
+        wanted = [(h.name, h.resource_version) for h in hosts.listed(session, parsed)
+                  if who.may_see_host(h.labels)]
+        envelope = HostList(metadata=ListMeta(resourceVersion=format_resource_version(version)), items=[])
+        return join_list(envelope.model_dump_json().encode(), _documents(request, session, wanted))
 
     scope = who.hosts.model_dump_json() if who.hosts is not None else ""
     return await respond(request, ("hosts", selector or "", scope), render)
@@ -52,7 +66,10 @@ async def list_hosts(who: Reader, request: Request, selector: Selector = None) -
 @router.get("/{name}", response_model=HostDocument, responses=NOT_FOUND)
 async def get_host(who: Reader, name: VisibleHostName, request: Request) -> Response:
     def render(session: Session) -> bytes:
-        return HostDocument.from_row(hosts.get(session, name, with_topology=False)).model_dump_json().encode()
+        found = _documents(request, session, [(name, hosts.resource_version(session, name))])
+        if not found:
+            raise NotFound(hosts.KIND, name)
+        return found[0]
 
     return await respond(request, ("host", name), render)
 
