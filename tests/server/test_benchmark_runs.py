@@ -8,6 +8,7 @@ restarted server. Every test runs on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -266,6 +267,21 @@ def test_a_cancel_asked_for_survives_a_restart(
     second = make_app(agents=agents, **FAST)
     with admin_client(second) as client:
         eventually(lambda: state(client, run_id) == "cancelled", what="cancelled after the restart")
+
+
+def test_stopping_while_the_queue_is_woken_stops(server: FastAPI) -> None:
+    """A wake-up (a driver ending) in the same tick as stop()'s cancel must not keep the
+    dispatcher running: on Python 3.11 asyncio.wait_for swallowed that cancel, and the app's
+    shutdown waited forever for the dispatcher's loop."""
+    dispatcher = server.state.benchmarks
+
+    async def start_then_stop_while_woken() -> None:
+        await dispatcher.start()
+        await asyncio.sleep(0.3)  # the first pass is over: the loop waits to be woken
+        dispatcher._wakeup.set()  # set directly, as a driver's done-callback does, then cancel
+        await asyncio.wait_for(dispatcher.stop(), timeout=10)
+
+    asyncio.run(start_then_stop_while_woken())
 
 
 def test_invalid_requests_name_the_field(client: TestClient) -> None:

@@ -136,8 +136,12 @@ class BenchmarkDispatcher:
                 await self.pass_once()
             except Exception:  # the database, or a bug: the next pass tries again
                 log.exception("benchmark dispatch pass failed; again in %gs", self.interval)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns normally when the
+            # event is set in the same tick as a cancel (a driver ending as stop() cancels it),
+            # swallowing the cancel and leaving stop() waiting for this loop forever.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout=self.interval)
+                async with asyncio.timeout(self.interval):
+                    await self._wakeup.wait()
             self._wakeup.clear()
 
     async def pass_once(self) -> None:
