@@ -38,8 +38,8 @@ def test_get_observed_returns_current_values_and_the_same_hash(agent: Agent) -> 
     async def both(clients: AgentClients) -> tuple[str, object, str]:
         client = clients.for_address(agent.address)
         _, _, topo_hash = await client.get_topology()
-        _, observed, obs_hash = await client.get_observed()
-        return topo_hash, observed, obs_hash
+        answer = await client.get_observed()
+        return topo_hash, answer.observed, answer.topology_hash
 
     topo_hash, observed, obs_hash = call(both)
     assert obs_hash == topo_hash
@@ -68,8 +68,8 @@ def test_apply_writes_the_device_and_reports(agent: Agent, host: Host) -> None:
     assert [d.in_sync for d in result.plan.desired] == [True]
     assert result.info.boot_id == BOOT_ID
 
-    _, observed, _ = call(lambda c: c.for_address(agent.address).get_observed())
-    assert observed["loop7"]["read_ahead_kb"].value == 4096
+    answer = call(lambda c: c.for_address(agent.address).get_observed())
+    assert answer.observed["loop7"]["read_ahead_kb"].value == 4096
 
 
 def test_apply_with_no_profiles_restores_the_originals(agent: Agent, host: Host) -> None:

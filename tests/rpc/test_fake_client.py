@@ -51,8 +51,7 @@ def run(request: pytest.FixtureRequest, host: Host) -> Iterator[Callable[[Scenar
 
 
 async def _value(client: AgentClient, tunable: str) -> Any:
-    _, observed, _ = await client.get_observed()
-    return observed["loop7"][tunable].value
+    return (await client.get_observed()).observed["loop7"][tunable].value
 
 
 def test_plan_apply_replan_restore(run: Callable[[Scenario], Any]) -> None:
@@ -83,9 +82,9 @@ def test_plan_apply_replan_restore(run: Callable[[Scenario], Any]) -> None:
 def test_topology_and_observed_agree(run: Callable[[Scenario], Any]) -> None:
     async def scenario(client: AgentClient) -> None:
         _, topology, topo_hash = await client.get_topology()
-        _, observed, obs_hash = await client.get_observed()
-        assert topo_hash == obs_hash == topology.structure_hash()
-        assert observed["loop7"] == topology.devices[0].tunables
+        answer = await client.get_observed()
+        assert topo_hash == answer.topology_hash == topology.structure_hash()
+        assert answer.observed["loop7"] == topology.devices[0].tunables
 
     run(scenario)
 

@@ -28,7 +28,13 @@ from stortune.agent.serve import Agent, ServeError, ServeOptions
 from stortune.api.agent import tls, wire
 from stortune.api.agent.tls import TLSFiles
 from stortune.server import RecordingController, Settings, create_app
-from stortune.server.agentclient import AgentClients, AgentRejected, AgentUnreachable, Timeouts
+from stortune.server.agentclient import (
+    AgentClients,
+    AgentRejected,
+    AgentUnreachable,
+    Observation,
+    Timeouts,
+)
 from stortune.server.auth import Role
 from tests.fixtures.agent_host import Host, build_host
 from tests.server.support import issue_token
@@ -75,8 +81,8 @@ def clients_with(files: TLSFiles | None) -> AgentClients:
     return AgentClients(tls=files, timeouts=SHORT)
 
 
-def observe(clients: AgentClients, address: str, host: str | None) -> object:
-    async def scenario() -> object:
+def observe(clients: AgentClients, address: str, host: str | None) -> Observation:
+    async def scenario() -> Observation:
         try:
             return await clients.for_address(address, host).get_observed()
         finally:
@@ -87,8 +93,8 @@ def observe(clients: AgentClients, address: str, host: str | None) -> object:
 
 def test_the_control_plane_gets_in(tls_agent: Agent, pki: Path) -> None:
     _, client = tls.load_pki(pki)
-    info, observed, _ = observe(clients_with(client), tls_agent.address, "h1")  # type: ignore[misc]
-    assert info.hostname == "rpc-host" and "loop7" in observed
+    answer = observe(clients_with(client), tls_agent.address, "h1")
+    assert answer.info.hostname == "rpc-host" and "loop7" in answer.observed
 
 
 def test_the_agent_refuses_a_client_from_another_ca(tls_agent: Agent, tmp_path: Path) -> None:
@@ -223,8 +229,7 @@ def test_an_agent_obtains_its_certificate_and_keeps_its_key_at_home(
         assert tls.cert_names(cert) == {"enrolled-1"} and ca == ca_of(pki).cert_pem
         assert oct(own.key.stat().st_mode & 0o777) == "0o600"
         _, client = tls.load_pki(pki)
-        info, _, _ = observe(clients_with(client), agent.address, "enrolled-1")  # type: ignore[misc]
-        assert info.hostname == "rpc-host"
+        assert observe(clients_with(client), agent.address, "enrolled-1").info.hostname == "rpc-host"
     finally:
         agent.stop()
     # A restart keeps the certificate it has: no new request, the same key.

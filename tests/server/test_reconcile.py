@@ -188,6 +188,36 @@ def test_idle_passes_read_the_host_and_its_profiles_again_only_after_a_write(
     eventually(lambda: value(agent) == 4096, what="drift corrected")
 
 
+def test_an_unchanged_host_is_not_planned_again_until_its_values_or_record_change(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from stortune.server.reconciler import reconcile
+
+    setup_streaming(client, eventually)
+    eventually(lambda: client.get(f"{API}/profiles/streaming").json()["status"].get("hosts", {})
+               .get("applied") == 1, what="the profile's summary (the last write)")
+    passes(eventually, agent, 2)
+    decided: list[str] = []
+    real = reconcile.decide
+
+    def counted(view: Any, *args: Any) -> Any:
+        decided.append(view.name)
+        return real(view, *args)
+
+    monkeypatch.setattr(reconcile, "decide", counted)
+    passes(eventually, agent, 3)
+    assert decided == [], "same record, same answer from the agent: the last look's verdict holds"
+    set_value(agent, 128)  # new values: planned, found drifted and corrected
+    eventually(lambda: value(agent) == 4096, what="drift corrected")
+    assert decided
+    converged(client, eventually, {"streaming": 1})
+    passes(eventually, agent, 2)
+    decided.clear()
+    client.put(f"{API}/hosts/h1/labels", json={"labels": {"tier": "gold"}})  # a write
+    passes(eventually, agent, 2)
+    assert decided, "the host's record changed: looked at in full again"
+
+
 # -- drift ------------------------------------------------------------------------------------
 def test_drift_is_reported_and_corrected_in_enforce_mode(
     app: FastAPI, client: TestClient, agent: FakeAgentClient, eventually: Eventually,

@@ -168,3 +168,36 @@ def test_shutdown_wakes_workers_and_drops_later_adds() -> None:
         assert queue.delayed() == frozenset()
 
     run(scenario)
+
+
+def test_each_added_key_goes_to_one_waiting_worker_and_shutdown_releases_the_rest() -> None:
+    async def scenario() -> None:
+        queue = WorkQueue()
+        workers = [asyncio.create_task(queue.get()) for _ in range(4)]
+        await asyncio.sleep(0)  # all four wait
+        queue.add("a")
+        queue.add("b")
+        for _ in range(5):
+            await asyncio.sleep(0)
+        done = [w for w in workers if w.done()]
+        assert sorted(w.result() for w in done) == ["a", "b"]
+        queue.shutdown()
+        rest = await asyncio.gather(*(w for w in workers if w not in done))
+        assert rest == [None, None]
+
+    run(scenario)
+
+
+def test_a_worker_cancelled_as_it_is_woken_passes_the_key_on() -> None:
+    async def scenario() -> str | None:
+        queue = WorkQueue()
+        first = asyncio.create_task(queue.get())
+        second = asyncio.create_task(queue.get())
+        await asyncio.sleep(0)
+        queue.add("a")  # wakes the first waiter...
+        first.cancel()  # ...which is cancelled before it runs: the key must not be stranded
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        return await asyncio.wait_for(second, timeout=5)
+
+    assert run(scenario) == "a"

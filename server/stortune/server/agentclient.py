@@ -19,7 +19,6 @@ protobuf fields.
 from __future__ import annotations
 
 import asyncio
-import copy
 import re
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from stortune.api.agent.wire import (
     BenchmarkOutcome,
     BenchmarkProgress,
     HostInfo,
+    Observation,
     Observed,
     RestoreResult,
     SettingKey,
@@ -49,7 +49,7 @@ __all__ = [
     "AgentBusy", "AgentClient", "AgentClientFactory", "AgentClients", "AgentError",
     "AgentNotFound", "AgentRejected", "AgentUnreachable", "ApplyResult", "BenchmarkOutcome",
     "BenchmarkProgress",
-    "FakeAgentClient", "FakeAgentClients", "GrpcAgentClient", "HostInfo", "Observed",
+    "FakeAgentClient", "FakeAgentClients", "GrpcAgentClient", "HostInfo", "Observation", "Observed",
     "RestoreResult", "SettingKey", "Timeouts",
 ]
 
@@ -99,8 +99,9 @@ class AgentClient(Protocol):
         """(host, topology with current values, topology structure hash)."""
         ...
 
-    async def get_observed(self) -> tuple[HostInfo, Observed, str]:
-        """(host, {device: {tunable: state}}, topology structure hash)."""
+    async def get_observed(self) -> Observation:
+        """The host, its current values ({device: {tunable: state}}, decoded on first use) with
+        their digest, and the topology structure hash."""
         ...
 
     async def plan(self, profiles: Sequence[StorageProfile]) -> Plan:
@@ -251,9 +252,9 @@ class GrpcAgentClient:
         return await self._call("GetTopology", wire.topology_request(), self._timeouts.read,
                                 wire.topology_from)
 
-    async def get_observed(self) -> tuple[HostInfo, Observed, str]:
+    async def get_observed(self) -> Observation:
         return await self._call("GetObserved", wire.observed_request(), self._timeouts.read,
-                                wire.observed_from)
+                                wire.observation_from)
 
     async def plan(self, profiles: Sequence[StorageProfile]) -> Plan:
         return await self._call("Plan", wire.plan_request(profiles), self._timeouts.read,
@@ -449,9 +450,9 @@ class FakeAgentClient:
         self._enter("get_topology")
         return self.info, self.topology.model_copy(deep=True), self._hash()
 
-    async def get_observed(self) -> tuple[HostInfo, Observed, str]:
+    async def get_observed(self) -> Observation:
         self._enter("get_observed")
-        return self.info, copy.deepcopy(planner.observed_of(self.topology)), self._hash()
+        return Observation.of(self.info, planner.observed_of(self.topology), self._hash())
 
     async def plan(self, profiles: Sequence[StorageProfile]) -> Plan:
         self._enter("plan", list(profiles))

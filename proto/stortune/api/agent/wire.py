@@ -13,9 +13,11 @@ whose messages carry the field path inside the document).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
@@ -241,20 +243,51 @@ def observed_request() -> pb.GetObservedRequest:
     return pb.GetObservedRequest()
 
 
+def _encode_observed(observed: Mapping[str, Mapping[str, TunableState]]) -> str:
+    return json.dumps({dev: {name: state.model_dump(mode="json") for name, state in tunables.items()}
+                       for dev, tunables in observed.items()})
+
+
+@dataclass(frozen=True)
+class Observation:
+    """GetObserved's answer, its values decoded on first use.
+
+    ``digest`` hashes the values exactly as the agent encoded them: an unchanged
+    digest is an unchanged set of values, which the control plane's drift check
+    can tell without decoding and planning them again.
+    """
+
+    info: HostInfo
+    topology_hash: str
+    encoded: str = field(repr=False)
+    digest: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "digest", hashlib.blake2b(self.encoded.encode(), digest_size=16).hexdigest())
+
+    @classmethod
+    def of(cls, info: HostInfo, observed: Mapping[str, Mapping[str, TunableState]],
+           topology_hash: str) -> Observation:
+        return cls(info, topology_hash, _encode_observed(observed))
+
+    @cached_property
+    def observed(self) -> Observed:
+        """{device: {tunable: state}}; WireError when the agent sent something else."""
+        try:
+            return _OBSERVED.validate_json(self.encoded)
+        except ValidationError as exc:
+            raise WireError(f"observed_json: not a valid observed map: {_first_error(exc)}") from None
+
+
 def observed_response(info: HostInfo, observed: Mapping[str, Mapping[str, TunableState]],
                       topology_hash: str) -> pb.GetObservedResponse:
-    data = {dev: {name: state.model_dump(mode="json") for name, state in tunables.items()}
-            for dev, tunables in observed.items()}
-    return pb.GetObservedResponse(host=host_message(info), observed_json=json.dumps(data),
+    return pb.GetObservedResponse(host=host_message(info), observed_json=_encode_observed(observed),
                                   topology_hash=topology_hash)
 
 
-def observed_from(msg: pb.GetObservedResponse) -> tuple[HostInfo, Observed, str]:
-    try:
-        observed = _OBSERVED.validate_json(msg.observed_json)
-    except ValidationError as exc:
-        raise WireError(f"observed_json: not a valid observed map: {_first_error(exc)}") from None
-    return host_from(msg.host), observed, msg.topology_hash
+def observation_from(msg: pb.GetObservedResponse) -> Observation:
+    """The answer as it came; its values are checked when first read (``Observation.observed``)."""
+    return Observation(host_from(msg.host), msg.topology_hash, msg.observed_json)
 
 
 # -- Plan ------------------------------------------------------------------------

@@ -8,6 +8,9 @@
   (``add_rate_limited``); ``forget`` resets it after a success.
 * ``add`` may be called from any thread (the API's sync routes run in a
   thread pool); everything else is called on the queue's event loop.
+* A new key wakes one waiting worker, not all of them (as asyncio.Queue does):
+  sixteen idle workers woken for every drift check was a noticeable part of an
+  idle control plane's CPU.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ class WorkQueue:
         self._dirty: set[str] = set()  # queued, or to be queued again when done
         self._processing: set[str] = set()
         self._waiting: dict[str, asyncio.TimerHandle] = {}  # delayed adds
-        self._wakeup = asyncio.Event()
+        self._getters: deque[asyncio.Future[None]] = deque()  # workers waiting for a key
         self._shut = False
 
     # -- adding -------------------------------------------------------------------
@@ -74,7 +77,7 @@ class WorkQueue:
         self._dirty.add(key)
         if key not in self._processing:  # else done() queues it
             self._queue.append(key)
-            self._wakeup.set()
+            self._wake_one()
 
     def add_after(self, key: str, delay: float) -> None:
         """Queue ``key`` in ``delay`` seconds; an earlier pending add of it wins."""
@@ -109,23 +112,36 @@ class WorkQueue:
         while not self._queue:
             if self._shut:
                 return None
-            self._wakeup.clear()
-            await self._wakeup.wait()
+            waiter = self._loop.create_future()
+            self._getters.append(waiter)
+            try:
+                await waiter
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake_one()  # woken and cancelled at once: the key is another worker's
+                raise
         if self._shut:
             return None
         key = self._queue.popleft()
         self._processing.add(key)
         self._dirty.discard(key)
         if self._queue:
-            self._wakeup.set()  # let another waiting worker take the next one
+            self._wake_one()  # let another waiting worker take the next one
         return key
+
+    def _wake_one(self) -> None:
+        while self._getters:
+            waiter = self._getters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def done(self, key: str) -> None:
         """Processing of ``key`` ended; if it was added meanwhile it is queued again."""
         self._processing.discard(key)
         if key in self._dirty and not self._shut:
             self._queue.append(key)
-            self._wakeup.set()
+            self._wake_one()
 
     def shutdown(self) -> None:
         """Hand out no more keys; workers waiting in ``get`` get None."""
@@ -133,7 +149,10 @@ class WorkQueue:
         for handle in self._waiting.values():
             handle.cancel()
         self._waiting.clear()
-        self._wakeup.set()
+        while self._getters:
+            waiter = self._getters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     # -- looking --------------------------------------------------------------------
     def __len__(self) -> int:

@@ -17,8 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from stortune.api.agent.wire import WireError
 from stortune.schemas import planner
-from stortune.server.agentclient import AgentBusy, AgentClient, AgentClientFactory, AgentError
+from stortune.server.agentclient import (
+    AgentBusy,
+    AgentClient,
+    AgentClientFactory,
+    AgentError,
+    Observation,
+)
 from stortune.server.reconciler import report, store
 from stortune.server.reconciler.decide import Decision, HostView, decide
 from stortune.server.reconciler.report import Outcome, Seen, Update
@@ -33,6 +40,35 @@ class Result(enum.Enum):
     GONE = "gone"  # the host was deleted
 
 
+class QuietLooks:
+    """Per host, the last look that found nothing to do, and what the agent answered then.
+
+    A reconcile is a pure function of the host's stored view and the agent's
+    answer. When neither changed since a look that wrote nothing and applied
+    nothing (the same view object, read at the same resourceVersion, and an
+    answer with the same host info, topology hash and values digest), this one
+    would conclude the same: nothing to do. An idle fleet's drift checks then
+    cost the gRPC call, not decoding, planning and comparing every value again.
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[HostView, tuple[object, ...]]] = {}
+
+    @staticmethod
+    def _key(seen: Observation) -> tuple[object, ...]:
+        return (seen.info, seen.topology_hash, seen.digest)
+
+    def unchanged(self, view: HostView, seen: Observation) -> bool:
+        last = self._last.get(view.name)
+        return last is not None and last[0] is view and last[1] == self._key(seen)
+
+    def remember(self, view: HostView, seen: Observation) -> None:
+        self._last[view.name] = (view, self._key(seen))
+
+    def forget(self, name: str) -> None:
+        self._last.pop(name, None)
+
+
 @dataclass(frozen=True)
 class Deps:
     sessions: store.Sessions
@@ -44,20 +80,26 @@ class Deps:
     views: store.Views = field(default_factory=store.Views)
     #: The resourceVersion counter, read in batches on the event loop.
     versions: VersionReader | None = None
+    quiet: QuietLooks = field(default_factory=QuietLooks)
 
 
 async def reconcile(deps: Deps, name: str) -> Result:
     view = await _view(deps, name)
     if view is None:
+        deps.quiet.forget(name)
         return Result.GONE
     agent = deps.agents.for_address(view.address, view.name)
     try:
-        seen = await observe(agent, view)
+        answer = await agent.get_observed()
+        if deps.quiet.unchanged(view, answer):
+            return Result.DONE
+        seen = await observe(agent, view, answer)
     except AgentBusy:
         return Result.RETRY
     except AgentError as exc:
         return await _finish(deps, name, report.unreachable(view, exc))
     decision = decide(view, planner.plan(view.profiles, seen.topology, seen.observed), seen.info.boot_id)
+    looked_at = view
     if decision.new_drift:
         found = report.observed_drift(view, seen, decision)
         if await _write(deps, name, found) is Result.GONE:
@@ -66,7 +108,10 @@ async def reconcile(deps: Deps, name: str) -> Result:
     outcome = await execute(agent, view, decision) if decision.apply else None
     if outcome is not None and outcome.result is not None and outcome.result.ok:
         seen = await reobserve(agent, seen)
-    return await _finish(deps, name, report.conclude(view, seen, decision, outcome))
+    update = report.conclude(view, seen, decision, outcome)
+    if view is looked_at and outcome is None and update.empty and not update.retry:
+        deps.quiet.remember(view, answer)
+    return await _finish(deps, name, update)
 
 
 async def _view(deps: Deps, name: str) -> HostView | None:
@@ -79,11 +124,17 @@ async def _view(deps: Deps, name: str) -> HostView | None:
     return await asyncio.to_thread(store.load, deps.sessions, name, deps.topologies, deps.views)
 
 
-async def observe(agent: AgentClient, view: HostView) -> Seen:
-    """Current values (cheap); the whole topology only when its structure changed."""
-    info, observed, topology_hash = await agent.get_observed()
-    if view.topology is not None and topology_hash == view.topology_hash:
-        return Seen(info, view.topology, topology_hash, observed)
+def _values(agent: AgentClient, answer: Observation) -> report.Observed:
+    try:
+        return answer.observed
+    except WireError as exc:
+        raise AgentError(agent.address, f"GetObserved: invalid response: {exc}") from None
+
+
+async def observe(agent: AgentClient, view: HostView, answer: Observation) -> Seen:
+    """What ``answer`` says (cheap); the whole topology only when its structure changed."""
+    if view.topology is not None and answer.topology_hash == view.topology_hash:
+        return Seen(answer.info, view.topology, answer.topology_hash, _values(agent, answer))
     info, topology, topology_hash = await agent.get_topology()
     return Seen(info, topology, topology_hash, planner.observed_of(topology), topology_changed=True)
 
@@ -91,12 +142,12 @@ async def observe(agent: AgentClient, view: HostView) -> Seen:
 async def reobserve(agent: AgentClient, seen: Seen) -> Seen:
     """The values an apply left, so the stored topology (dry runs, diffs) shows them at once."""
     try:
-        info, observed, topology_hash = await agent.get_observed()
+        answer = await agent.get_observed()
+        if answer.topology_hash != seen.topology_hash:
+            return seen  # the structure changed too: the next pass fetches all of it
+        return replace(seen, info=answer.info, observed=_values(agent, answer))
     except AgentError:
         return seen  # the next pass reads them
-    if topology_hash != seen.topology_hash:
-        return seen  # the structure changed too: the next pass fetches all of it
-    return replace(seen, info=info, observed=observed)
 
 
 async def execute(agent: AgentClient, view: HostView, decision: Decision) -> Outcome:

@@ -51,8 +51,10 @@ class Reconciler:
         self._clock = clock
         self._backoff = backoff
         self._summary_delay = summary_delay
+        # A reader of its own unless given the app's; closed with the reconciler then.
+        self._own_versions = None if versions is not None else VersionReader(sessions)
         self._deps = Deps(sessions, agents, clock, wrote=self._summaries_due,
-                          versions=versions or VersionReader(sessions))
+                          versions=versions or self._own_versions)
         self._queue: WorkQueue | None = None
         self._summaries: asyncio.Event | None = None
         self._workers: list[asyncio.Task[None]] = []
@@ -88,6 +90,8 @@ class Reconciler:
                 task.cancel()
         await asyncio.gather(*self._workers, *self._loops, return_exceptions=True)
         self._workers, self._loops = [], []
+        if self._own_versions is not None:
+            self._own_versions.close()
         close = getattr(self.agents, "close", None)
         if close is not None:
             with contextlib.suppress(Exception):

