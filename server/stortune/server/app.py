@@ -14,11 +14,12 @@ from stortune.server.agentclient import AgentClientFactory, AgentClients
 from stortune.server.api import handlers, openapi, security
 from stortune.server.api.access import AccessControl, Authenticator
 from stortune.server.api.audit import Auditor
+from stortune.server.api.cached_reads import CachedReads
 from stortune.server.api.deps import Clock
 from stortune.server.api.limits import BodyLimits
 from stortune.server.api.ratelimit import RateLimiter
 from stortune.server.api.rendered import DocumentCache, RenderedCache
-from stortune.server.api.router import API_PREFIX, api_router, health_router
+from stortune.server.api.router import API_PREFIX, OPENAPI_TAGS, include_api
 from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.controller import Controller, bind
 from stortune.server.db.engine import API_THREADS, make_engine, make_sessions
@@ -109,6 +110,7 @@ def create_app(
             close = getattr(agents, "close", None)  # the reconciler may have closed it already
             if close is not None:
                 await close()
+            versions.close()
             engine.dispose()
 
     app = FastAPI(
@@ -116,6 +118,7 @@ def create_app(
         version=VERSION,
         description="Declarative Linux storage tuning: StorageProfiles, hosts and their agents.",
         lifespan=lifespan,
+        openapi_tags=OPENAPI_TAGS,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -133,14 +136,15 @@ def create_app(
     app.state.rate_limiter = RateLimiter()
     authenticator = Authenticator(sessions, now, cache_s=settings.token_cache_s)
     app.state.authenticator = authenticator
-    app.include_router(health_router)
-    app.include_router(api_router)
+    include_api(app)
     security.check_routes(app, API_PREFIX)
-    # Added innermost first: authentication (and the audit record) wraps the body limits,
-    # so a call refused for its size by a known caller is audited too.
+    # Added innermost first: authentication (and the audit record) wraps the cached reads
+    # (which need the caller) and the body limits, so a call refused for its size by a
+    # known caller is audited too.
     app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, max_depth=settings.max_document_depth)
+    app.add_middleware(CachedReads, api_prefix=API_PREFIX)
     app.add_middleware(AccessControl, authenticator=authenticator,
                        auditor=Auditor(sessions, now, API_PREFIX), prefix=API_PREFIX)
     handlers.install(app)
-    openapi.install(app)
+    openapi.install(app, API_PREFIX)
     return app

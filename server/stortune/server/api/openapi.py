@@ -42,11 +42,24 @@ AUTH: Responses = {401: _error("No token, or an unknown, revoked or expired one"
                    403: _error("The token's role may not do this")}
 
 
-def install(app: FastAPI) -> None:
+#: How /api/ calls authenticate ("Authorize" in /docs); api/access.py checks it.
+BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (
+    "An API token: stortune token create, or the admin.token the server writes on its first start")}
+_METHODS = {"get", "put", "post", "delete", "patch", "head", "options"}
+
+
+def install(app: FastAPI, api_prefix: str) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
-                                 description=app.description)
+                                 description=app.description, tags=app.openapi_tags)
+            schema.setdefault("components", {}).setdefault("securitySchemes", {})["HTTPBearer"] = (
+                BEARER_SCHEME)
+            for path, operations in schema.get("paths", {}).items():
+                if path.startswith(api_prefix + "/"):
+                    for method, operation in operations.items():
+                        if method in _METHODS:
+                            operation["security"] = [{"HTTPBearer": []}]
             document = StorageProfile.model_json_schema(ref_template=_REF)
             components = schema.setdefault("components", {}).setdefault("schemas", {})
             for name, definition in document.pop("$defs", {}).items():

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import hashlib
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from typing import Any
 
 import anyio.to_thread
 from fastapi import Request, Response
@@ -153,6 +154,36 @@ def accepts_gzip(accept_encoding: str) -> bool:
     return False
 
 
+def _answer(headers: Mapping[str, str], key: Hashable, version: int, rendered: Rendered | None) -> Response:
+    """A 304 when the client holds ``version`` already, else ``rendered`` (gzip when accepted)."""
+    etag = _etag(version, key)
+    out = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
+    if headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=out)
+    assert rendered is not None  # callers render first unless the client's copy is current
+    _, body, packed = rendered
+    if packed is not None and accepts_gzip(headers.get("accept-encoding", "")):
+        out["Content-Encoding"] = "gzip"
+        body = packed
+    return Response(body, media_type=JSON_MEDIA, headers=out)
+
+
+async def _kept(app: Any, headers: Mapping[str, str], key: Hashable) -> tuple[int, Response | None]:
+    versions: VersionReader = app.state.versions
+    version = await versions.current()
+    cache: RenderedCache = app.state.rendered
+    rendered = cache.get(key, version)
+    if rendered is None and headers.get("if-none-match") != _etag(version, key):
+        return version, None
+    return version, _answer(headers, key, version, rendered)
+
+
+async def kept(app: Any, headers: Mapping[str, str], key: Hashable) -> Response | None:
+    """The answer for ``key`` if it needs no rendering (a 304, or a body kept at the current
+    resourceVersion); None otherwise. Never leaves the event loop but for the shared counter read."""
+    return (await _kept(app, headers, key))[1]
+
+
 async def respond(request: Request, key: Hashable, render: Callable[[Session], bytes]) -> Response:
     """The body for ``key`` at the current resourceVersion, rendering it on a miss.
 
@@ -161,19 +192,9 @@ async def respond(request: Request, key: Hashable, render: Callable[[Session], b
     ``If-None-Match`` gets a 304 without a body while nothing has been written.
     Bodies over a few kilobytes go gzip-compressed to clients that accept it.
     """
+    version, found = await _kept(request.app, request.headers, key)
+    if found is not None:
+        return found
     cache: RenderedCache = request.app.state.rendered
-    versions: VersionReader = request.app.state.versions
-    version = await versions.current()
-    etag = _etag(version, key)
-    headers = {"ETag": etag, "Cache-Control": "no-cache", "Vary": "Accept-Encoding"}
-    if request.headers.get("if-none-match") == etag:
-        return Response(status_code=304, headers=headers)
-    rendered = cache.get(key, version)
-    if rendered is None:
-        rendered = await cache.render(key, version, request.app.state.sessions, render)
-        headers["ETag"] = _etag(rendered[0], key)
-    _, body, packed = rendered
-    if packed is not None and accepts_gzip(request.headers.get("accept-encoding", "")):
-        headers["Content-Encoding"] = "gzip"
-        body = packed
-    return Response(body, media_type=JSON_MEDIA, headers=headers)
+    rendered = await cache.render(key, version, request.app.state.sessions, render)
+    return _answer(request.headers, key, rendered[0], rendered)

@@ -23,7 +23,6 @@ from typing import Annotated, Any
 from fastapi import Depends, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.dependencies.models import Dependant
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.api.access import PRINCIPAL
@@ -32,19 +31,23 @@ from stortune.server.auth import Permission, Principal, roles_with
 from stortune.server.errors import Forbidden, NotFound, Unauthorized
 from stortune.server.services import hosts
 
-# Only for the OpenAPI document ("Authorize" in /docs): the middleware authenticates.
-_BEARER = HTTPBearer(auto_error=False, description="An API token: stortune token create, or the "
-                     "admin.token the server writes on its first start")
 _PERMISSION = "__stortune_permission__"
 
+# Each dependency costs a request noticeable CPU in FastAPI, and every route has these:
+# so they read the principal the middleware left in the scope themselves, and the
+# bearer scheme is declared in the OpenAPI document (api/openapi.py) instead of by
+# a dependency that would parse the header a second time.
 
-async def current_principal(
-    request: Request, _doc: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)],
-) -> Principal:
+
+def principal_of(request: Request) -> Principal:
     principal = request.scope.get(PRINCIPAL)
     if not isinstance(principal, Principal):  # only if a route escaped the middleware's prefix
         raise Unauthorized("this call needs a token")
     return principal
+
+
+async def current_principal(request: Request) -> Principal:
+    return principal_of(request)
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
@@ -52,7 +55,8 @@ CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 
 @functools.cache  # one callable per permission: FastAPI runs it once per request
 def require(permission: Permission) -> Callable[..., Awaitable[Principal]]:
-    async def allowed(principal: CurrentPrincipal) -> Principal:
+    async def allowed(request: Request) -> Principal:
+        principal = principal_of(request)
         if not principal.can(permission):
             roles = ", ".join(r.value for r in roles_with(permission))
             raise Forbidden(f"{principal.describe()} may not {permission.value}; roles that may: {roles}")
@@ -72,8 +76,9 @@ def _labels_of(sessions: sessionmaker[Session], name: str) -> dict[str, str] | N
         return hosts.labels_of(session, name)
 
 
-async def visible_host(name: HostName, principal: CurrentPrincipal, request: Request) -> str:
+async def visible_host(name: HostName, request: Request) -> str:
     # No session dependency: most callers are not scoped, and would pay a thread hop to close it.
+    principal = principal_of(request)
     if principal.scoped:
         labels = await run_in_threadpool(_labels_of, request.app.state.sessions, name)
         if labels is None or not principal.may_see_host(labels):

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from stortune.server.api import label_selector
+from stortune.server.api.cached_reads import READ_HOSTS, host_key, list_key, status_key
 from stortune.server.api.deps import NowDep, SessionDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.rendered import DocumentCache, join_list, respond
@@ -31,13 +32,14 @@ router = APIRouter(prefix="/hosts", tags=["hosts"])
 
 Selector = Annotated[str | None, Query(alias="labelSelector", max_length=4096)]
 # Reads by a support token reach only the hosts its selector matches (VisibleHostName).
-Reader = Annotated[Principal, Authorized(Permission.READ_HOSTS)]
+Reader = Annotated[Principal, Authorized(READ_HOSTS)]
 Labeller = Annotated[Principal, Authorized(Permission.LABEL_HOSTS)]
 Remover = Annotated[Principal, Authorized(Permission.DELETE_HOSTS)]
 
 
 # The GETs below answer from encoded bodies kept until the next write (api/rendered.py),
-# with an ETag for If-None-Match.
+# with an ETag for If-None-Match; while a body is current, api/cached_reads.py answers
+# the same requests before routing, under the same keys.
 def _documents(request: Request, session: Session, wanted: Sequence[tuple[str, int]]) -> list[bytes]:
     """The encoded documents of ``wanted`` (name, resourceVersion); only changed hosts are loaded."""
     def render(names: Sequence[str]) -> list[tuple[str, int, bytes]]:
@@ -60,7 +62,7 @@ async def list_hosts(who: Reader, request: Request, selector: Selector = None) -
         return join_list(envelope.model_dump_json().encode(), _documents(request, session, wanted))
 
     scope = who.hosts.model_dump_json() if who.hosts is not None else ""
-    return await respond(request, ("hosts", selector or "", scope), render)
+    return await respond(request, list_key(selector, scope), render)
 
 
 @router.get("/{name}", response_model=HostDocument, responses=NOT_FOUND)
@@ -71,7 +73,7 @@ async def get_host(who: Reader, name: VisibleHostName, request: Request) -> Resp
             raise NotFound(hosts.KIND, name)
         return found[0]
 
-    return await respond(request, ("host", name), render)
+    return await respond(request, host_key(name), render)
 
 
 @router.get("/{name}/status", response_model=HostStatus, responses=NOT_FOUND)
@@ -79,7 +81,7 @@ async def get_host_status(who: Reader, name: VisibleHostName, request: Request) 
     def render(session: Session) -> bytes:
         return HostStatus.from_row(hosts.get(session, name, with_topology=False)).model_dump_json().encode()
 
-    return await respond(request, ("status", name), render)
+    return await respond(request, status_key(name), render)
 
 
 @router.get("/{name}/lease", responses=NOT_FOUND)
