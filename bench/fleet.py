@@ -4,9 +4,9 @@
 
 Starts `stortune-server` on SQLite in a temp dir (its first start writes the admin
 and agent tokens there; every call below uses them), then --procs child processes
-each running hosts/procs agents in-process (every agent has its own fixture
-sysfs tree, state dir and gRPC endpoint on 127.0.0.1, and registers and
-heartbeats like a real one). Then it measures, printing each figure:
+each running hosts/procs agents in-process, dealt out round the processes
+(every agent has its own fixture sysfs tree, state dir and gRPC endpoint on
+127.0.0.1, and registers and heartbeats like a real one). Then it measures, printing each figure:
 
 * idle control-plane CPU with every host registered (heartbeats and periodic
   drift checks only), and the heartbeat cost per host;
@@ -94,13 +94,16 @@ def wait_for(what: str, check: Any, timeout: float, step: float = 0.1) -> float:
 # -- child: many agents in one process ---------------------------------------------------
 
 
-def run_agents(server: str, first: int, count: int, workdir: Path) -> None:
+def run_agents(server: str, index: int, procs: int, hosts: int, workdir: Path) -> None:
+    """Agents index, index + procs, ... of ``hosts``: dealt out, not in blocks, so that the
+    control plane's name-ordered work does not fall on one process (one GIL) at a time, as
+    it would not on a real fleet where every agent has its host to itself."""
     sys.path.insert(0, str(ROOT))
     from stortune.agent.serve import Agent, ServeOptions
     from tests.fixtures.sysfs_builder import SysfsBuilder
 
     agents = []
-    for i in range(first, first + count):
+    for i in range(index, hosts, procs):
         name = f"fleet-{i:03d}"
         b = SysfsBuilder(workdir / name, hostname=name)
         b.loop(0, size=1 << 21, backing_file=f"/srv/{name}/a.img")
@@ -242,12 +245,16 @@ def main() -> int:
     ap.add_argument("--window", type=float, default=60.0, help="seconds of each idle measurement")
     ap.add_argument("--windows", type=int, default=1, help="idle measurements one after another")
     ap.add_argument("--idle-only", action="store_true", help="stop after the idle measurement")
+    ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                    help="one more stortune-server argument (repeat it), "
+                         "e.g. --server-arg=--max-heartbeats-per-second=2")
     ap.add_argument("--keep", action="store_true", help="keep the work directory and its logs")
-    ap.add_argument("--child", nargs=4, metavar=("SERVER", "FIRST", "COUNT", "DIR"),
+    ap.add_argument("--child", nargs=5, metavar=("SERVER", "INDEX", "PROCS", "HOSTS", "DIR"),
                     help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        run_agents(args.child[0], int(args.child[1]), int(args.child[2]), Path(args.child[3]))
+        server_url, index, procs, hosts, directory = args.child
+        run_agents(server_url, int(index), int(procs), int(hosts), Path(directory))
         return 0
 
     work = Path(tempfile.mkdtemp(prefix="stortune-fleet-", dir="/dev/shm"))
@@ -260,7 +267,7 @@ def main() -> int:
              str(work / "server"), "--listen", f"127.0.0.1:{port}",
              "--reconcile-interval", str(args.interval),
              *(["--heartbeat-interval", str(args.heartbeat), "--lease-duration", str(4 * args.heartbeat)]
-               if args.heartbeat else [])],
+               if args.heartbeat else []), *args.server_arg],
             stdout=subprocess.DEVNULL, stderr=open(work / "server.log", "wb"))  # noqa: SIM115
         procs.append(server)
         wait_for("the control plane", lambda: _up(base), 60)
@@ -268,12 +275,11 @@ def main() -> int:
         agent_env = {**os.environ,
                      "STORTUNE_AGENT_TOKEN": (work / "server/agent-bootstrap.token").read_text().strip()}
 
-        per = -(-args.hosts // args.procs)
         t0 = time.monotonic()
         for p in range(args.procs):
-            first, count = p * per, min(per, args.hosts - p * per)
             child = subprocess.Popen(
-                [sys.executable, __file__, "--child", base, str(first), str(count), str(work)],
+                [sys.executable, __file__, "--child", base, str(p), str(args.procs), str(args.hosts),
+                 str(work)],
                 stdout=subprocess.PIPE, stderr=open(work / f"agents-{p}.log", "wb"),  # noqa: SIM115
                 env=agent_env)
             procs.append(child)
