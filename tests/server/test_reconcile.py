@@ -162,23 +162,35 @@ def test_idle_passes_write_nothing(
     assert calls(agent, "apply") == applies
 
 
+def settled_then_counting(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually, monkeypatch: pytest.MonkeyPatch,
+    *, module: Any, function: str, name_at: int,
+) -> list[str]:
+    """After the streaming profile settled (its summary written, two idle passes), the host
+    names ``module.function`` is called with (argument ``name_at`` is the name or has one)."""
+    setup_streaming(client, eventually)
+    eventually(lambda: client.get(f"{API}/profiles/streaming").json()["status"].get("hosts", {})
+               .get("applied") == 1, what="the profile's summary (the last write)")
+    passes(eventually, agent, 2)
+    names: list[str] = []
+    real = getattr(module, function)
+
+    def counted(*args: Any) -> Any:
+        named = args[name_at]
+        names.append(named if isinstance(named, str) else named.name)
+        return real(*args)
+
+    monkeypatch.setattr(module, function, counted)
+    return names
+
+
 def test_idle_passes_read_the_host_and_its_profiles_again_only_after_a_write(
     client: TestClient, agent: FakeAgentClient, eventually: Eventually, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from stortune.server.reconciler import store
 
-    setup_streaming(client, eventually)
-    eventually(lambda: client.get(f"{API}/profiles/streaming").json()["status"].get("hosts", {})
-               .get("applied") == 1, what="the profile's summary (the last write)")
-    passes(eventually, agent, 2)
-    loads: list[str] = []
-    real = store._load
-
-    def counted(session: Any, name: str, cache: Any) -> Any:
-        loads.append(name)
-        return real(session, name, cache)
-
-    monkeypatch.setattr(store, "_load", counted)
+    loads = settled_then_counting(client, agent, eventually, monkeypatch,
+                                  module=store, function="_load", name_at=1)
     passes(eventually, agent, 3)
     assert loads == [], "nothing was written: the view read at this resourceVersion still holds"
     client.put(f"{API}/hosts/h1/labels", json={"labels": {"tier": "gold"}})  # a write
@@ -193,18 +205,8 @@ def test_an_unchanged_host_is_not_planned_again_until_its_values_or_record_chang
 ) -> None:
     from stortune.server.reconciler import reconcile
 
-    setup_streaming(client, eventually)
-    eventually(lambda: client.get(f"{API}/profiles/streaming").json()["status"].get("hosts", {})
-               .get("applied") == 1, what="the profile's summary (the last write)")
-    passes(eventually, agent, 2)
-    decided: list[str] = []
-    real = reconcile.decide
-
-    def counted(view: Any, *args: Any) -> Any:
-        decided.append(view.name)
-        return real(view, *args)
-
-    monkeypatch.setattr(reconcile, "decide", counted)
+    decided = settled_then_counting(client, agent, eventually, monkeypatch,
+                                    module=reconcile, function="decide", name_at=0)
     passes(eventually, agent, 3)
     assert decided == [], "same record, same answer from the agent: the last look's verdict holds"
     set_value(agent, 128)  # new values: planned, found drifted and corrected
