@@ -49,6 +49,49 @@ def test_an_idle_serving_agent_holds_no_benchmark_diagnostics_or_yaml_code(tmp_p
     assert sorted(m for m in ON_DEMAND if m in loaded) == []
 
 
+_SERVE_MTLS_COUNTING_CONTEXTS = """
+import ssl, sys, tempfile
+from pathlib import Path
+made = []
+real_new = ssl.SSLContext.__new__
+def counted(cls, *args, **kwargs):
+    made.append(cls)
+    return real_new(cls, *args, **kwargs)
+ssl.SSLContext.__new__ = counted
+from stortune.agent.serve import Agent, ServeOptions
+from stortune.api.agent.tlsfiles import TLSFiles
+from tests.fixtures.agent_host import build_host
+
+work = Path(tempfile.mkdtemp(dir=sys.argv[1]))
+agent = Agent(build_host(work / "host").fs, work / "state",
+              ServeOptions(listen="127.0.0.1:0", rescan_interval=3600, grace=1, name="h1",
+                           tls_files=TLSFiles.in_dir(Path(sys.argv[2]), "agent")))
+agent.start()
+agent.stop()
+print(len(made))
+"""
+
+
+def test_an_agent_serving_mutual_tls_checks_its_files_without_keeping_openssl_state(tmp_path: Path) -> None:
+    from stortune.api.agent import tls
+
+    ca = tls.CertificateAuthority.create()
+    key = tls.new_key()
+    tls.TLSFiles.in_dir(tmp_path / "tls", "agent").write(key, ca.sign_agent(tls.make_csr(key, "h1"), "h1"),
+                                                         ca.cert_pem)
+    out = subprocess.run([sys.executable, "-c", _SERVE_MTLS_COUNTING_CONTEXTS, str(tmp_path),
+                          str(tmp_path / "tls")], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    assert out.strip() == "0", "the pair is checked by a child process (stortune.agent.tlscheck)"
+    (bad := tmp_path / "bad").mkdir()
+    for name in ("agent.crt", "ca.crt"):
+        (bad / name).write_bytes((tmp_path / "tls" / name).read_bytes())
+    (bad / "agent.key").write_bytes(tls.new_key())
+    failed = subprocess.run([sys.executable, "-c", _SERVE_MTLS_COUNTING_CONTEXTS, str(tmp_path), str(bad)],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert failed.returncode != 0 and "does not belong to the key" in failed.stderr
+
+
 def test_a_run_a_dead_agent_left_unfinished_is_concluded_when_serving_starts(tmp_path: Path) -> None:
     host = build_host(tmp_path / "host")
     state = tmp_path / "state"

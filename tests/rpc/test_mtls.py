@@ -326,6 +326,21 @@ def test_the_csr_tool_keeps_a_good_key_and_replaces_an_unusable_one(tmp_path: Pa
     tls.make_csr(key_file.read_bytes(), "h1")  # a usable key now
 
 
+def test_the_tls_check_tool_sees_what_the_standard_library_sees_in_process(tmp_path: Path, pki: Path) -> None:
+    ca = ca_of(pki)
+    files = agent_files(tmp_path / "tls", ca, "h1")
+    assert identity.identity_of(files, "h1") == files.server_identity("h1")
+    identity.check_pair(files)
+    with pytest.raises(tls.TLSError, match="does not verify for 'h2'"):
+        identity.identity_of(files, "h2")
+    files.key.write_bytes(tls.new_key())  # another key: the pair no longer belongs together
+    with pytest.raises(tls.TLSError, match=r"agent\.crt does not belong to the key"):
+        identity.check_pair(files)
+    files.ca.unlink()
+    with pytest.raises(tls.TLSError, match=r"cannot read the TLS CA certificate .*ca\.crt"):
+        identity.check_pair(files)
+
+
 def test_an_unusable_certificate_in_the_answer_leaves_the_old_files_alone(tmp_path: Path, pki: Path) -> None:
     ca = ca_of(pki)
     files = agent_files(tmp_path / "tls", ca, "h1")

@@ -15,12 +15,15 @@ No grpc here; the serving side is ``mtls``. The key and the CSR are made by a
 short-lived child process (``python -m stortune.agent.csr``), the one place the
 agent uses cryptography (``tls``): its libraries would otherwise stay resident,
 about 12 MiB, for the agent's whole life after one enrollment. The certificate
-that comes back is checked with the standard library (``usable``) before it
-replaces anything.
+that comes back is checked with the standard library before it replaces
+anything (``usable``), also in a child (``python -m stortune.agent.tlscheck``),
+so that the OpenSSL state of the check does not stay either.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
 import os
 import random
@@ -32,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from stortune.agent.registration import RequestFailed, backoff_delay, call_json
-from stortune.api.agent.tlsfiles import TLSError, TLSFiles, write_private
+from stortune.api.agent.tlsfiles import Identity, TLSError, TLSFiles, write_private
 
 log = logging.getLogger("stortune.agent.identity")
 
@@ -59,7 +62,7 @@ class Enrollment:
 def usable(files: TLSFiles, name: str) -> str | None:
     """Why the files cannot serve as this agent's identity now, or None when they can."""
     try:
-        identity = files.server_identity(name)
+        identity = identity_of(files, name)
     except TLSError as exc:
         return str(exc)
     if identity.needs_renewal():
@@ -67,19 +70,51 @@ def usable(files: TLSFiles, name: str) -> str | None:
     return None
 
 
+class _ChildFailed(Exception):
+    pass
+
+
+def _child(module: str, *args: str, timeout: float) -> bytes:
+    """What ``python -m module args`` printed; _ChildFailed with the last line of its stderr."""
+    try:
+        done = subprocess.run([sys.executable, "-m", module, *args],
+                              capture_output=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise _ChildFailed(str(exc)) from None
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip().splitlines()
+        raise _ChildFailed(why[-1] if why else f"exit code {done.returncode}")
+    return done.stdout
+
+
 def make_csr(key: Path, name: str, timeout: float = 60.0) -> bytes:
     """A CSR for ``name`` signed by the key in ``key`` (made there first if it is missing or
     unusable), from a child process: see the module's docstring."""
     try:
-        done = subprocess.run([sys.executable, "-m", "stortune.agent.csr", str(key), name],
-                              capture_output=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        return _child("stortune.agent.csr", str(key), name, timeout=timeout)
+    except _ChildFailed as exc:
         raise EnrollmentError(f"cannot make a key and a CSR in {key.parent}: {exc}") from None
-    if done.returncode != 0:
-        why = done.stderr.decode(errors="replace").strip().splitlines()
-        raise EnrollmentError(f"cannot make a key and a CSR in {key.parent}: "
-                              f"{why[-1] if why else f'exit code {done.returncode}'}")
-    return done.stdout
+
+
+def _tlscheck(files: TLSFiles, *name: str, timeout: float) -> bytes:
+    try:
+        return _child("stortune.agent.tlscheck", str(files.key), str(files.cert), str(files.ca), *name,
+                      timeout=timeout)
+    except _ChildFailed as exc:
+        raise TLSError(str(exc)) from None
+
+
+def check_pair(files: TLSFiles, timeout: float = 60.0) -> None:
+    """TLSError (naming the file and why) unless the files can be read and the key is the
+    certificate's: ``TLSFiles.read`` in a child process (``stortune.agent.tlscheck``)."""
+    _tlscheck(files, timeout=timeout)
+
+
+def identity_of(files: TLSFiles, name: str, timeout: float = 60.0) -> Identity:
+    """What the certificate vouches for to a peer dialling ``name``: ``TLSFiles.server_identity``
+    in a child process (``stortune.agent.tlscheck``); TLSError when a peer would refuse it."""
+    found = json.loads(_tlscheck(files, name, timeout=timeout))
+    return Identity(frozenset(found["names"]), dt.datetime.fromisoformat(found["notAfter"]))
 
 
 def request_certificate(enrollment: Enrollment, csr_pem: bytes) -> tuple[bytes, bytes]:
@@ -141,5 +176,5 @@ def enroll(files: TLSFiles, enrollment: Enrollment, stop: threading.Event) -> No
                 raise EnrollmentError("stopped before a certificate was obtained") from None
             continue
         log.info("certificate for %r obtained, valid until %s", enrollment.name,
-                 f"{files.server_identity(enrollment.name).not_after:%Y-%m-%d}")
+                 f"{identity_of(files, enrollment.name).not_after:%Y-%m-%d}")
         return

@@ -21,6 +21,7 @@ from typing import Any
 
 import grpc
 
+from stortune.agent import identity
 from stortune.api.agent import CONTROL_PLANE_NAME
 from stortune.api.agent.tlsfiles import TLSFiles
 
@@ -90,7 +91,9 @@ class _Reloader:
             return ()
 
     def configuration(self) -> Any:
-        key, cert, ca = self._files.read()
+        # The files as they are: checked before serving starts (serve/identity); a renewal is
+        # checked in __call__.
+        key, cert, ca = self._files.pem()
         return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
 
     def __call__(self) -> Any:
@@ -100,6 +103,7 @@ class _Reloader:
             if not stamp or stamp == self._stamp:
                 return None
             try:
+                identity.check_pair(self._files)
                 config = self.configuration()
             except Exception as exc:  # a half-written renewal: keep serving the old one
                 log.warning("new TLS files not usable yet: %s", exc)
@@ -110,7 +114,9 @@ class _Reloader:
 
 
 def server_credentials(files: TLSFiles) -> grpc.ServerCredentials:
-    """TLS requiring a client certificate from the CA in ``files.ca``, reloaded on change."""
+    """TLS requiring a client certificate from the CA in ``files.ca``, reloaded on change.
+
+    ``files`` are served as they are: check them first (``identity.check_pair``)."""
     reloader = _Reloader(files)
     return grpc.dynamic_ssl_server_credentials(reloader.configuration(), reloader,
                                                require_client_authentication=True)

@@ -164,7 +164,7 @@ class Agent:
         given = self.options.tls_files
         if given is not None:
             try:
-                given.read()
+                identity.check_pair(given)
             except TLSError as exc:
                 raise ServeError(str(exc)) from None
             return given

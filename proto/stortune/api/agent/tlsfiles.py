@@ -103,8 +103,8 @@ class TLSFiles:
         """(key, cert, ca) PEM; TLSError naming the file that is missing or unusable."""
         return self._load()[0]
 
-    def _load(self) -> tuple[tuple[bytes, bytes, bytes], ssl.SSLContext]:
-        """The three files, and a server context on the pair (which checks they belong together)."""
+    def pem(self) -> tuple[bytes, bytes, bytes]:
+        """(key, cert, ca) PEM as they are, unchecked; TLSError naming a file that cannot be read."""
         out = []
         for label, path in (("key", self.key), ("certificate", self.cert), ("CA certificate", self.ca)):
             try:
@@ -112,7 +112,11 @@ class TLSFiles:
             except OSError as exc:
                 raise TLSError(f"cannot read the TLS {label} {path}: {exc.strerror}") from None
         key, cert, ca = out
-        return (key, cert, ca), _serving_context(self.cert, self.key)
+        return key, cert, ca
+
+    def _load(self) -> tuple[tuple[bytes, bytes, bytes], ssl.SSLContext]:
+        """The three files, and a server context on the pair (which checks they belong together)."""
+        return self.pem(), _serving_context(self.cert, self.key)
 
     def write(self, key_pem: bytes, cert_pem: bytes, ca_pem: bytes) -> None:
         write_private(self.key, key_pem)
