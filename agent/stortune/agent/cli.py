@@ -50,7 +50,8 @@ def _output(p: argparse.ArgumentParser, choices: Sequence[str], default: str) ->
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="stortune-agent", description=__doc__.split("\n")[0])
+    # (__doc__ is None under python -OO)
+    parser = argparse.ArgumentParser(prog="stortune-agent", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
