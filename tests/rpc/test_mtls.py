@@ -184,6 +184,27 @@ def test_a_renewed_certificate_is_served_without_a_restart(tls_agent: Agent, pki
     observe(clients_with(client), tls_agent.address, "h1")
 
 
+def test_unusable_new_files_are_checked_once_and_the_old_certificate_kept_until_they_change(
+        tmp_path: Path, pki: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stortune.agent import mtls
+
+    files = agent_files(tmp_path / "tls", ca_of(pki), "h1")
+    reloader = mtls._Reloader(files)
+    checks: list[TLSFiles] = []
+    real = identity.check_pair
+    monkeypatch.setattr(identity, "check_pair", lambda f: (checks.append(f), real(f))[1])
+    assert reloader() is None and checks == []  # unchanged: no check
+    good_key = files.key.read_bytes()
+    time.sleep(0.01)  # a new mtime, even on coarse clocks
+    files.key.write_bytes(tls.new_key())  # not the certificate's key
+    for _ in range(3):  # handshakes meanwhile keep the old certificate
+        assert reloader() is None
+    assert len(checks) == 1
+    time.sleep(0.01)
+    files.key.write_bytes(good_key)
+    assert reloader() is not None and len(checks) == 2
+
+
 def test_without_certificates_or_insecure_the_agent_will_not_start(tmp_path: Path) -> None:
     host = build_host(tmp_path / "host")
     agent = Agent(host.fs, tmp_path / "state", ServeOptions(listen="127.0.0.1:0", grace=1))

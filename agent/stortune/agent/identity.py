@@ -59,14 +59,21 @@ class Enrollment:
     backoff_cap: float = 30.0
 
 
+def _checked(files: TLSFiles, name: str) -> Identity:
+    """The identity ``files`` make for ``name``; TLSError when a peer would refuse it, or when
+    it is due for renewal."""
+    found = identity_of(files, name)
+    if found.needs_renewal():
+        raise TLSError(f"the certificate expires {found.not_after:%Y-%m-%d}")
+    return found
+
+
 def usable(files: TLSFiles, name: str) -> str | None:
     """Why the files cannot serve as this agent's identity now, or None when they can."""
     try:
-        identity = identity_of(files, name)
+        _checked(files, name)
     except TLSError as exc:
         return str(exc)
-    if identity.needs_renewal():
-        return f"the certificate expires {identity.not_after:%Y-%m-%d}"
     return None
 
 
@@ -131,8 +138,9 @@ def request_certificate(enrollment: Enrollment, csr_pem: bytes) -> tuple[bytes, 
     return cert.encode(), ca.encode()
 
 
-def install(files: TLSFiles, name: str, cert_pem: bytes, ca_pem: bytes) -> None:
-    """Put a certificate and its CA in place once they make a usable identity with the key.
+def install(files: TLSFiles, name: str, cert_pem: bytes, ca_pem: bytes) -> Identity:
+    """Put a certificate and its CA in place once they make a usable identity with the key;
+    returns that identity.
 
     Checked on copies beside the real files, which are replaced only then (each
     atomically): a wrong answer leaves the previous files as they were.
@@ -142,14 +150,16 @@ def install(files: TLSFiles, name: str, cert_pem: bytes, ca_pem: bytes) -> None:
     try:
         write_private(staged.cert, cert_pem, 0o644)
         write_private(staged.ca, ca_pem, 0o644)
-        why = usable(staged, name)
-        if why is not None:
-            raise RequestFailed(f"certificate request: the answer is not usable: {why}")
+        try:
+            found = _checked(staged, name)
+        except TLSError as exc:
+            raise RequestFailed(f"certificate request: the answer is not usable: {exc}") from None
         os.replace(staged.ca, files.ca)
         os.replace(staged.cert, files.cert)
     finally:
         for path in (staged.cert, staged.ca):
             path.unlink(missing_ok=True)
+    return found
 
 
 def enroll(files: TLSFiles, enrollment: Enrollment, stop: threading.Event) -> None:
@@ -165,7 +175,7 @@ def enroll(files: TLSFiles, enrollment: Enrollment, stop: threading.Event) -> No
     while True:
         try:
             cert, ca = request_certificate(enrollment, csr)
-            install(files, enrollment.name, cert, ca)
+            obtained = install(files, enrollment.name, cert, ca)
         except RequestFailed as exc:
             if exc.status in (401, 403, 409, 422):
                 raise EnrollmentError(f"the control plane refused a certificate: {exc}") from None
@@ -176,5 +186,5 @@ def enroll(files: TLSFiles, enrollment: Enrollment, stop: threading.Event) -> No
                 raise EnrollmentError("stopped before a certificate was obtained") from None
             continue
         log.info("certificate for %r obtained, valid until %s", enrollment.name,
-                 f"{identity_of(files, enrollment.name).not_after:%Y-%m-%d}")
+                 f"{obtained.not_after:%Y-%m-%d}")
         return

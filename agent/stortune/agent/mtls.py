@@ -83,6 +83,8 @@ class _Reloader:
         self._files = files
         self._lock = threading.Lock()
         self._stamp = self._mtimes()
+        # Files found unusable: checked again (a child process) only once they change again.
+        self._rejected: tuple[float, ...] = ()
 
     def _mtimes(self) -> tuple[float, ...]:
         try:
@@ -100,13 +102,14 @@ class _Reloader:
         # Called by gRPC at each handshake: cheap when nothing changed (None keeps the current one).
         with self._lock:
             stamp = self._mtimes()
-            if not stamp or stamp == self._stamp:
+            if not stamp or stamp in (self._stamp, self._rejected):
                 return None
             try:
                 identity.check_pair(self._files)
                 config = self.configuration()
             except Exception as exc:  # a half-written renewal: keep serving the old one
                 log.warning("new TLS files not usable yet: %s", exc)
+                self._rejected = stamp
                 return None
             self._stamp = stamp
             log.info("serving the renewed certificate %s", self._files.cert)

@@ -48,23 +48,26 @@ BEARER_SCHEME = {"type": "http", "scheme": "bearer", "description": (
 _METHODS = {"get", "put", "post", "delete", "patch", "head", "options"}
 
 
+def _operations(schema: dict[str, Any], prefix: str) -> list[dict[str, Any]]:
+    """The operations of the paths under ``prefix``."""
+    return [operation for path, operations in schema.get("paths", {}).items() if path.startswith(prefix)
+            for method, operation in operations.items() if method in _METHODS]
+
+
 def install(app: FastAPI, api_prefix: str) -> None:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes,
                                  description=app.description, tags=app.openapi_tags)
-            schema.setdefault("components", {}).setdefault("securitySchemes", {})["HTTPBearer"] = (
-                BEARER_SCHEME)
-            for path, operations in schema.get("paths", {}).items():
-                if path.startswith(api_prefix + "/"):
-                    for method, operation in operations.items():
-                        if method in _METHODS:
-                            operation["security"] = [{"HTTPBearer": []}]
+            components = schema.setdefault("components", {})
+            components.setdefault("securitySchemes", {})["HTTPBearer"] = BEARER_SCHEME
+            for operation in _operations(schema, api_prefix + "/"):
+                operation["security"] = [{"HTTPBearer": []}]
             document = StorageProfile.model_json_schema(ref_template=_REF)
-            components = schema.setdefault("components", {}).setdefault("schemas", {})
+            schemas = components.setdefault("schemas", {})
             for name, definition in document.pop("$defs", {}).items():
-                components.setdefault(name, definition)
-            components["StorageProfile"] = document
+                schemas.setdefault(name, definition)
+            schemas["StorageProfile"] = document
             app.openapi_schema = schema
         return app.openapi_schema
 

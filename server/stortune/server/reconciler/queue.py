@@ -150,9 +150,7 @@ class WorkQueue:
             handle.cancel()
         self._waiting.clear()
         while self._getters:
-            waiter = self._getters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
+            self._wake_one()
 
     # -- looking --------------------------------------------------------------------
     def __len__(self) -> int:

@@ -99,7 +99,6 @@ async def reconcile(deps: Deps, name: str) -> Result:
     except AgentError as exc:
         return await _finish(deps, name, report.unreachable(view, exc))
     decision = decide(view, planner.plan(view.profiles, seen.topology, seen.observed), seen.info.boot_id)
-    looked_at = view
     if decision.new_drift:
         found = report.observed_drift(view, seen, decision)
         if await _write(deps, name, found) is Result.GONE:
@@ -109,7 +108,7 @@ async def reconcile(deps: Deps, name: str) -> Result:
     if outcome is not None and outcome.result is not None and outcome.result.ok:
         seen = await reobserve(agent, seen)
     update = report.conclude(view, seen, decision, outcome)
-    if view is looked_at and outcome is None and update.empty and not update.retry:
+    if not decision.new_drift and outcome is None and update.empty and not update.retry:
         deps.quiet.remember(view, answer)
     return await _finish(deps, name, update)
 
