@@ -6,7 +6,7 @@ redact it with ``stortune.schemas.redact`` and pack it with ``stortune.schemas.b
 
 from stortune.agent.diagnostics import save
 from stortune.agent.diagnostics.collect import Command, collect, commands, storage_lines
-from stortune.agent.diagnostics.tools import ToolResult, ToolRunner, default_search_path
+from stortune.agent.tools import ToolResult, ToolRunner, default_search_path
 
 __all__ = [
     "Command", "ToolResult", "ToolRunner", "collect", "commands", "default_search_path",

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from stortune.agent import discovery
-from stortune.agent.diagnostics.tools import ToolResult, ToolRunner
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.tools import ToolResult, ToolRunner
 from stortune.schemas.bundle import Bundle, BundleInfo, Missing
 from stortune.schemas.topology import DeviceKind, Role, Topology
 

@@ -10,8 +10,8 @@ import os
 from pathlib import Path
 
 from stortune.agent.diagnostics.collect import collect
-from stortune.agent.diagnostics.tools import ToolRunner
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.tools import ToolRunner
 from stortune.schemas.bundle import Bundle, pack
 from stortune.schemas.redact import RedactionMapping, redact
 

@@ -1,4 +1,5 @@
-"""Running the storage tools support asks for: looked up on an injected search path, each with a timeout.
+"""Running external storage tools (diagnostics' collectors, the benchmark signature probe):
+looked up on an injected search path, each with a timeout.
 
 A tool that is not installed is an answer (``which`` returns None), not an
 error. A tool that hangs is killed with its whole process group at the
