@@ -75,12 +75,8 @@ def test_a_destructive_spec_on_a_device_holding_a_filesystem_is_refused(loop_dev
     manager = BenchmarkManager(HOST, tmp_path / "state")
     with pytest.raises(UnsafeTargetError) as err:
         manager.start(spec(loop_device, {"preset": "seq-1m", "runtime": "1s"}, destructive=True))
-    assert err.value.reasons == [f"{loop_device} carries a ext2/3/4 filesystem signature at byte 1080"]
+    assert err.value.reasons == [f"{loop_device} holds ext4 (filesystem), signature at byte 1080"]
     assert manager.runs() == []
-    if shutil.which("blkid"):  # util-linux's probe sees the same
-        found = subprocess.run(["blkid", "-p", "-o", "value", "-s", "TYPE", f"/dev/{loop_device}"],
-                               capture_output=True, text=True, check=True, timeout=30).stdout.split()
-        assert found == ["ext4"]
 
 
 def test_cancelling_mid_run_leaves_no_fio_process(loop_device: str, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from stortune.schemas.bench.results import RunProgress
 from stortune.schemas.bench.spec import BenchmarkSpec, parse_benchmark
 from stortune.schemas.documents import parse_profile
 from tests.agent.fakefio import FakeFio, capture
+from tests.agent.test_bench_signatures import write_bluestore_label
 from tests.fixtures.sysfs_builder import SysfsBuilder
 
 RANDRW = capture("fio-3.33-randrw.json")
@@ -193,12 +194,10 @@ def test_thresholds_give_the_verdict(fs: KernelFS, tmp_path: Path) -> None:
 
 
 def test_an_unsafe_start_leaves_nothing_behind(fs: KernelFS, tmp_path: Path) -> None:
-    with open(fs.device_node("loop5"), "r+b") as fh:
-        fh.seek(0)
-        fh.write(b"XFSB")
+    write_bluestore_label(fs.device_node("loop5"))
     state = tmp_path / "state"
     m = manager(fs, state, FakeFio(RANDRW))
-    with pytest.raises(UnsafeTargetError, match="loop5 carries a xfs filesystem signature at byte 0"):
+    with pytest.raises(UnsafeTargetError, match=r"loop5 holds ceph_bluestore \(other\), signature at byte 0"):
         m.start(spec(IOMETER))
     assert m.runs() == [] and m.active() is None and journal.benchmark_running(state) is None
     with pytest.raises(BenchmarkError, match=r"run id '\.\./x'"):

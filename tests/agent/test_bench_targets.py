@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
@@ -10,11 +9,11 @@ import yaml
 
 from stortune.agent import discovery
 from stortune.agent.bench.errors import BenchmarkError, UnsafeTargetError
-from stortune.agent.bench.signatures import Edges, detect
 from stortune.agent.bench.targets import check_safety, resolve
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas.bench.spec import BenchmarkSpec, parse_benchmark
 from stortune.schemas.topology import Topology
+from tests.agent.test_bench_signatures import write_bluestore_label
 from tests.fixtures.scenarios import md_raid5_fileserver
 from tests.fixtures.sysfs_builder import SysfsBuilder
 
@@ -93,43 +92,6 @@ def test_the_target_must_be_exactly_one_device(fileserver: tuple[KernelFS, Topol
         resolve(fs, spec({"device": {"name": ["nvme*"]}}), topology)
 
 
-# -- signatures ------------------------------------------------------------------------
-def with_bytes(size: int, *patches: tuple[int, bytes]) -> Edges:
-    data = bytearray(size)
-    for offset, blob in patches:
-        data[offset:offset + len(blob)] = blob
-    return Edges(size, bytes(data[:68 * 1024]), bytes(data[-128 * 1024:]), size - 128 * 1024)
-
-
-MD = struct.pack("<I", 0xA92B4EFC)
-# s_inodes_count, s_blocks_count ... s_log_block_size at 24 ... s_magic at 56
-EXT_SB = struct.pack("<II", 16384, 65536) + bytes(16) + struct.pack("<I", 2) + bytes(28) + b"\x53\xef"
-
-
-@pytest.mark.parametrize(("patches", "kind"), [
-    ([(0, b"XFSB")], "xfs filesystem"),
-    ([(1024, EXT_SB)], "ext2/3/4 filesystem"),
-    ([(65600, b"_BHRfS_M")], "btrfs filesystem"),
-    ([(4086, b"SWAPSPACE2")], "swap area"),
-    ([(4096, MD)], "md RAID superblock 1.2"),
-    ([(0, MD)], "md RAID superblock 1.1"),
-    ([(4 * MiB - 64 * 1024, MD)], "md RAID superblock 0.90"),
-    ([(4 * MiB - 8192, MD)], "md RAID superblock 1.0"),
-    ([(512, b"LABELONE" + bytes(16) + b"LVM2 001")], "LVM2 physical volume"),
-    ([(0, b"LUKS\xba\xbe")], "LUKS encrypted volume"),
-    ([(512, b"EFI PART"), (510, b"\x55\xaa")], "GPT partition table"),
-    ([(510, b"\x55\xaa")], "DOS partition table or boot sector"),
-])
-def test_signatures_at_the_edges(patches: list[tuple[int, bytes]], kind: str) -> None:
-    assert [s.kind for s in detect(with_bytes(4 * MiB, *patches))] == [kind]
-
-
-def test_random_looking_bytes_are_not_signatures() -> None:
-    # the two-byte magics alone (ext at 1080, 0x55AA with junk partition entries) do not count
-    assert detect(with_bytes(4 * MiB, (1080, b"\x53\xef"), (510, b"\x55\xaa"), (446, b"\x33"))) == []
-    assert detect(with_bytes(4 * MiB)) == []
-
-
 def loop_host(root: Path, mnt: Path | None = None) -> tuple[KernelFS, Topology]:
     b = SysfsBuilder(root)
     _, loop = b.loop(5, size=8192, backing_file="/var/tmp/bench.img")
@@ -144,10 +106,8 @@ def loop_host(root: Path, mnt: Path | None = None) -> tuple[KernelFS, Topology]:
 
 def test_a_signature_on_an_unused_device_is_refused(tmp_path: Path) -> None:
     fs, topology = loop_host(tmp_path / "host")
-    with open(fs.device_node("loop5"), "r+b") as fh:
-        fh.seek(4096)
-        fh.write(MD)
-    assert refusal(fs, topology, "loop5") == ["loop5 carries a md RAID superblock 1.2 signature at byte 4096"]
+    write_bluestore_label(fs.device_node("loop5"))
+    assert refusal(fs, topology, "loop5") == ["loop5 holds ceph_bluestore (other), signature at byte 0"]
 
 
 def test_a_file_target_is_found_on_its_filesystem(tmp_path: Path) -> None:

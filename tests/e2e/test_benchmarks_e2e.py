@@ -110,8 +110,8 @@ def test_benchmarks_through_server_and_agent(fleet: Fleet,  # noqa: F811 - the f
     refused = fleet.cli("bench", "run", "-f", str(unsafe), "--host", "benchhost")
     assert refused.returncode == 1
     message = run_doc(fleet, queued_id(refused.stdout))["status"]["message"]
-    assert message == (f"refused by the agent: refusing to write to /dev/{formatted}: {formatted} carries a "
-                       "ext2/3/4 filesystem signature at byte 1080")
+    assert message == (f"refused by the agent: refusing to write to /dev/{formatted}: {formatted} holds "
+                       "ext4 (filesystem), signature at byte 1080")
 
     # -- cancel mid-run: no fio process is left ------------------------------------------------------
     long_read = spec(tmp_path, "long", dev, "[{name: long, pattern: randread, blockSize: 4k, iodepth: 4, "

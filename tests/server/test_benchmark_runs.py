@@ -164,7 +164,7 @@ def test_a_busy_agent_is_asked_again_after_a_backoff(
 
 def test_a_refused_run_fails_with_the_agents_reason(
         client: TestClient, agent: BenchAgent, eventually: Eventually) -> None:
-    reason = "refusing to write to /dev/loop0: loop0 carries a ext2/3/4 filesystem signature at byte 1080"
+    reason = "refusing to write to /dev/loop0: loop0 holds ext4 (filesystem), signature at byte 1080"
     agent.fail("start_benchmark", AgentRejected(agent.address, reason, "FAILED_PRECONDITION"))
     (run_id,) = start(client, streamers())
     status = eventually(lambda: (s := run(client, run_id)["status"])["state"] == "failed" and s,

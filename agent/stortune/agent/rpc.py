@@ -199,7 +199,8 @@ class AgentService(wire.AgentServiceServicer):
         self.benchmarks = benchmarks or BenchmarkRegistry()
         self._bench = bench
         self._bench_lock = threading.Lock()
-        #: Where diagnostics look for lsblk, smartctl ... (None: this process's PATH).
+        #: Where diagnostics look for lsblk, smartctl ... and benchmarks for wipefs
+        #: (None: this process's PATH and the sbin directories).
         self.tool_path = tool_path
         self._version = agent_version()
         self._started = int(time.time()) if started_unix is None else started_unix
@@ -217,10 +218,12 @@ class AgentService(wire.AgentServiceServicer):
         with self._bench_lock:
             if self._bench is None:
                 from stortune.agent.bench.manager import BenchmarkManager
+                from stortune.agent.bench.signatures import probe_tools
 
                 self._bench = BenchmarkManager(self.fs, self.state_dir,
                                                on_progress=progress_sink(self.benchmarks),
-                                               agent_version=self._version)
+                                               agent_version=self._version,
+                                               tools=probe_tools(self.tool_path))
             return self._bench
 
     def close(self) -> None:

@@ -8,6 +8,6 @@ fio output parsing and statistics are pure and live in ``stortune.schemas.bench`
 * ``fio``: the ``FioRunner`` seam and the real subprocess runner
 * ``sampler``: /proc/diskstats figures for the target and every device beneath it
 * ``targets``: resolving a spec's target, and the safety rules for writes
-* ``signatures``: filesystem / RAID / LVM / partition-table magics at a device's edges
+* ``signatures``: what a device holds, as libblkid (util-linux's wipefs) sees it
 * ``store``: runs on disk under the state directory; ``context``: settings in effect
 """

@@ -38,7 +38,7 @@ from typing import Any, Literal
 
 from stortune.agent import journal, local
 from stortune.agent.bench import context as ctx
-from stortune.agent.bench import targets
+from stortune.agent.bench import signatures, targets
 from stortune.agent.bench.errors import BenchmarkBusyError, BenchmarkError, UnknownRunError
 from stortune.agent.bench.fio import (
     FioInvocation,
@@ -50,6 +50,7 @@ from stortune.agent.bench.fio import (
 from stortune.agent.bench.sampler import DiskstatsSampler
 from stortune.agent.bench.store import RunStore, check_run_id, new_run_id
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.tools import ToolRunner
 from stortune.schemas.bench import fiojob, fioresult
 from stortune.schemas.bench.results import BenchmarkResult, DeviceStats, RunProgress, RunState, StepRun
 from stortune.schemas.bench.spec import BenchmarkSpec
@@ -87,7 +88,8 @@ def step_timeout(step: WorkloadStep) -> float | None:
 class BenchmarkManager:
     def __init__(self, fs: KernelFS, state_dir: Path, *, runner: FioRunner | None = None,
                  on_progress: ProgressSink | None = None, sample_interval: float = 1.0,
-                 agent_version: str | None = None, apply_wait: float = 60.0) -> None:
+                 agent_version: str | None = None, apply_wait: float = 60.0,
+                 tools: ToolRunner | None = None) -> None:
         self.fs = fs
         self.state_dir = state_dir
         self.runner: FioRunner = runner or SubprocessFioRunner()
@@ -95,6 +97,8 @@ class BenchmarkManager:
         self.sample_interval = sample_interval
         self.agent_version = agent_version
         self.apply_wait = apply_wait
+        #: Runs the raw-device signature probe (wipefs); default: PATH and the sbin directories.
+        self.tools = tools or signatures.probe_tools()
         self.store = RunStore(state_dir)
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()
@@ -184,7 +188,7 @@ class BenchmarkManager:
                 fiojob.render(step, target.fio)
             except fiojob.JobError as exc:
                 raise BenchmarkError(str(exc)) from None
-        targets.check_safety(target, steps, spec.spec.allowDestructive)
+        targets.check_safety(target, steps, spec.spec.allowDestructive, tools=self.tools)
         self.runner.version()  # fio missing: say so now, not in the thread
         if run_id in self.store.runs():
             raise BenchmarkError(f"a benchmark run {run_id!r} already exists on this agent")

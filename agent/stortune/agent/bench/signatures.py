@@ -1,119 +1,135 @@
-"""Recognise what a block device already holds from the magic numbers at its edges.
+"""What a block device already holds, as util-linux's libblkid sees it.
 
 A raw-device write benchmark destroys whatever is there, so before one the
-agent reads the first and last few KiB and refuses a device that carries a
-filesystem, a RAID or LVM superblock, an encrypted volume or a partition table,
-as blkid would report them. Pure byte matching (``detect``) plus one reader
-(``read_edges``), so fixture files test it like real devices.
+agent lists every signature libblkid finds on the device with ``wipefs
+--no-act --json`` (its listing mode: nothing is written): filesystems, RAID
+and volume-manager members, encrypted volumes and partition tables, from the
+same probes blkid and udev use (ZFS, Ceph BlueStore, VMFS, f2fs, ISO9660 and
+DDF RAID included). wipefs is chosen over ``blkid -p`` because it lists every
+signature with its offset, and because blkid's exit status 2 means both
+"nothing found" and "could not open the device": a safety check cannot tell
+those apart.
+
+The probe fails closed: a missing tool, a timeout, an exit status other than
+0, or output that is not wipefs' listing raises ``ProbeError``, and the write
+is refused with that reason. Runs go through the agent's one ``ToolRunner``
+(search path, timeout, process-group kill, bounded output).
 """
 
 from __future__ import annotations
 
-import os
-import struct
+import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-#: Bytes read from the start: btrfs' superblock magic sits at 64 KiB + 64.
-HEAD_BYTES = 68 * 1024
-#: Bytes read from the end: md 0.90 and 1.0 superblocks live in the last 64-128 KiB.
-TAIL_BYTES = 128 * 1024
-_MD_MAGIC = struct.pack("<I", 0xA92B4EFC)
+from stortune.agent.tools import ToolResult, ToolRunner
+
+PROBE_TOOL = "wipefs"
+#: Seconds: a healthy device answers in milliseconds; the control plane's StartBenchmark waits 10 s.
+PROBE_TIMEOUT = 5.0
+#: wipefs' listing of even a crowded device is a few KiB; more is not wipefs talking.
+PROBE_MAX_OUTPUT = 1 << 20
+_COLUMNS = "TYPE,OFFSET,USAGE"
+#: Signatures named in a refusal; the rest are counted.
+_NAMED = 8
+_UNPRINTABLE = re.compile(r"[^A-Za-z0-9 _.,:+/()=-]")
+
+
+class ProbeError(Exception):
+    """The signature probe could not say what the device holds (the message says why)."""
 
 
 @dataclass(frozen=True)
 class Signature:
-    kind: str  # "ext2/3/4 filesystem", "md RAID superblock 1.2" ...
-    offset: int  # byte offset on the device
+    kind: str  # libblkid's name: ext4, zfs_member, ceph_bluestore, linux_raid_member, gpt ...
+    usage: str  # filesystem, raid, crypto, partition table, other ...
+    offset: int  # byte offset of the magic on the device
 
     def __str__(self) -> str:
-        return f"{self.kind} signature at byte {self.offset}"
+        usage = f" ({self.usage})" if self.usage else ""
+        return f"{self.kind}{usage}, signature at byte {self.offset}"
 
 
-@dataclass(frozen=True)
-class Edges:
-    size: int
-    head: bytes
-    tail: bytes
-    tail_offset: int  # device offset of tail[0]
-
-    def at(self, offset: int, length: int) -> bytes | None:
-        if offset + length <= len(self.head):
-            return self.head[offset:offset + length]
-        start = offset - self.tail_offset
-        if start >= 0 and start + length <= len(self.tail):
-            return self.tail[start:start + length]
-        return None
+def probe_tools(search_path: str | None = None) -> ToolRunner:
+    """A runner for the probe: the agent's tool path, the probe's timeout and output bound."""
+    return ToolRunner(search_path, timeout=PROBE_TIMEOUT, max_output=PROBE_MAX_OUTPUT)
 
 
-# (kind, offset from the start, magic)
-_HEAD_MAGICS: tuple[tuple[str, int, bytes], ...] = (
-    ("xfs filesystem", 0, b"XFSB"),
-    ("LUKS encrypted volume", 0, b"LUKS\xba\xbe"),
-    ("btrfs filesystem", 65600, b"_BHRfS_M"),
-    ("GPT partition table", 512, b"EFI PART"),
-    ("GPT partition table", 4096, b"EFI PART"),
-    ("md RAID superblock 1.1", 0, _MD_MAGIC),
-    ("md RAID superblock 1.2", 4096, _MD_MAGIC),
-    ("bcache", 4120, b"\xc6\x85\x73\xf6\x4e\x1a\x45\xca\x82\x65\xf5\x7f\x48\xba\x6d\x81"),
-)
-_SWAP = (b"SWAPSPACE2", b"SWAP-SPACE")
-_PAGE_SIZES = (4096, 8192, 16384, 65536)
+def probe(node: Path, tools: ToolRunner) -> list[Signature]:
+    """Every signature libblkid sees on ``node``, in offset order; ProbeError when it cannot tell."""
+    exe = tools.which(PROBE_TOOL)
+    if exe is None:
+        raise ProbeError(f"{PROBE_TOOL} (util-linux) is not installed on the agent's tool path;"
+                         " install util-linux, or give serve --tool-path")
+    result = tools.run([exe, "--no-act", "--json", "--output", _COLUMNS, "--", str(node)])
+    _check_ran(result, tools.timeout)
+    return parse_listing(result.stdout)
 
 
-def _ext(edges: Edges) -> bool:
-    """0xEF53 at 1080 plus a sane superblock: two bytes alone match random data too often."""
-    sb = edges.at(1024, 104)
-    if sb is None or sb[56:58] != b"\x53\xef":
-        return False
-    inodes, blocks = struct.unpack_from("<II", sb, 0)
-    log_block, = struct.unpack_from("<I", sb, 24)
-    rev, = struct.unpack_from("<I", sb, 76)
-    return bool(inodes > 0 and blocks > 0 and log_block <= 6 and rev <= 1)
+def _check_ran(result: ToolResult, timeout: float) -> None:
+    if result.error is not None:
+        raise ProbeError(f"{PROBE_TOOL} could not be run: {clean(result.error)}")
+    if result.timed_out:
+        stuck = "; it could not be stopped (stuck in I/O?)" if result.abandoned else ""
+        raise ProbeError(f"{PROBE_TOOL} did not answer within {timeout:g} s{stuck}")
+    if result.truncated:
+        raise ProbeError(f"{PROBE_TOOL} printed more than {PROBE_MAX_OUTPUT} bytes,"
+                         " which is not its listing")
+    if result.exit_code != 0:
+        said = next((line for line in result.stderr.decode("utf-8", "replace").splitlines()
+                     if line.strip()), "")
+        raise ProbeError(f"{PROBE_TOOL} failed with exit status {result.exit_code}"
+                         + (f": {clean(said)}" if said else ""))
 
 
-def _mbr(edges: Edges) -> bool:
-    """0x55AA at 510 and four partition entries whose boot flags are 0x00 or 0x80."""
-    sector = edges.at(0, 512)
-    return (sector is not None and sector[510:512] == b"\x55\xaa"
-            and all(sector[446 + 16 * i] in (0x00, 0x80) for i in range(4)))
-
-
-def detect(edges: Edges) -> list[Signature]:
-    """Every known signature found, in offset order."""
-    found: list[Signature] = []
-    for kind, offset, magic in _HEAD_MAGICS:
-        if edges.at(offset, len(magic)) == magic:
-            found.append(Signature(kind, offset))
-    if _ext(edges):
-        found.append(Signature("ext2/3/4 filesystem", 1080))
-    for label in range(4):  # the LVM2 label may sit in any of the first four sectors
-        sector = edges.at(label * 512, 32)
-        if sector is not None and sector[:8] == b"LABELONE" and sector[24:32] == b"LVM2 001":
-            found.append(Signature("LVM2 physical volume", label * 512))
-    for page in _PAGE_SIZES:
-        if edges.at(page - 10, 10) in _SWAP:
-            found.append(Signature("swap area", page - 10))
-    if _mbr(edges) and not any(s.kind.startswith(("GPT", "ext", "xfs")) for s in found):
-        found.append(Signature("DOS partition table or boot sector", 510))
-    if edges.size >= 128 * 1024:
-        v090 = (edges.size & ~0xFFFF) - 0x10000  # md 0.90: 64 KiB-aligned, 64 KiB from the end
-        if edges.at(v090, 4) == _MD_MAGIC:
-            found.append(Signature("md RAID superblock 0.90", v090))
-        v10 = ((edges.size >> 9) - 16 & ~7) * 512  # md 1.0: 8 KiB from the end, 4 KiB aligned
-        if edges.at(v10, 4) == _MD_MAGIC:
-            found.append(Signature("md RAID superblock 1.0", v10))
+def parse_listing(stdout: bytes) -> list[Signature]:
+    """wipefs --json's ``{"signatures": [{"type", "offset", "usage"}, ...]}``; anything else is
+    a ProbeError (the probe fails closed, so output it cannot read is not "nothing found")."""
+    try:
+        data: Any = json.loads(stdout.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise ProbeError(f"{PROBE_TOOL} printed something other than its JSON listing:"
+                         f" {clean(stdout[:80].decode('utf-8', 'replace'))!r}") from None
+    items = data.get("signatures") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise ProbeError(f"{PROBE_TOOL}'s listing has no list of signatures")
+    found = []
+    for index, item in enumerate(items):
+        kind = item.get("type") if isinstance(item, dict) else None
+        offset = _offset(item.get("offset")) if isinstance(item, dict) else None
+        usage = item.get("usage") if isinstance(item, dict) else None
+        if not isinstance(kind, str) or not kind.strip() or offset is None:
+            raise ProbeError(f"{PROBE_TOOL}'s listing: signature {index} has no type or offset")
+        found.append(Signature(clean(kind), clean(usage) if isinstance(usage, str) else "", offset))
     return sorted(found, key=lambda s: s.offset)
 
 
-def read_edges(path: Path) -> Edges:
-    """The first HEAD_BYTES and last TAIL_BYTES of a device (or file). Raises OSError."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        size = os.lseek(fd, 0, os.SEEK_END)
-        head = os.pread(fd, min(HEAD_BYTES, size), 0)
-        tail_offset = max(0, size - TAIL_BYTES)
-        tail = os.pread(fd, size - tail_offset, tail_offset)
-    finally:
-        os.close(fd)
-    return Edges(size, head, tail, tail_offset)
+def _offset(value: object) -> int | None:
+    """wipefs prints offsets as hex strings ("0x438"); a number is accepted as it is."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value if value >= 0 else None
+    if isinstance(value, str) and len(value) <= 24:
+        try:
+            number = int(value, 0)
+        except ValueError:
+            return None
+        return number if number >= 0 else None
+    return None
+
+
+def clean(text: str, limit: int = 60) -> str:
+    """Tool output fit for a refusal message: no control characters or escapes, bounded."""
+    text = _UNPRINTABLE.sub("?", text.strip())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def describe(device: str, signatures: list[Signature]) -> list[str]:
+    """One refusal reason per signature, the first few by name."""
+    reasons = [f"{device} holds {sig}" for sig in signatures[:_NAMED]]
+    if len(signatures) > _NAMED:
+        reasons.append(f"{device} holds {len(signatures) - _NAMED} more signature(s)")
+    return reasons

@@ -6,9 +6,9 @@ device holding it is found through mountinfo, so its stack can be sampled.
 
 Safety: a workload that writes to a raw device needs ``allowDestructive`` and
 a device that is not mounted, has no holders and no partitions, is not
-read-only and carries no filesystem, RAID, LVM, LUKS or partition-table
-signature (read from its first and last bytes). Every reason is reported at
-once. Reads are allowed anywhere.
+read-only and carries no signature libblkid knows (filesystem, RAID, volume
+manager, encryption, partition table: see ``signatures``; a probe that cannot
+answer refuses too). Every reason is reported at once. Reads are allowed anywhere.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from stortune.agent import procfs
+from stortune.agent.bench import signatures
 from stortune.agent.bench.errors import BenchmarkError, UnsafeTargetError
-from stortune.agent.bench.signatures import detect, read_edges
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.tools import ToolRunner
 from stortune.schemas.bench.fiojob import FioTarget
 from stortune.schemas.bench.results import TargetInfo
 from stortune.schemas.bench.spec import BenchmarkSpec
@@ -131,8 +132,13 @@ def _file(fs: KernelFS, raw: str, size: int, topology: Topology) -> ResolvedTarg
                           existed=existed)
 
 
-def check_safety(resolved: ResolvedTarget, steps: Sequence[WorkloadStep], allow_destructive: bool) -> None:
-    """Raise UnsafeTargetError with every reason a write workload may not run here."""
+def check_safety(resolved: ResolvedTarget, steps: Sequence[WorkloadStep], allow_destructive: bool,
+                 *, tools: ToolRunner | None = None) -> None:
+    """Raise UnsafeTargetError with every reason a write workload may not run here.
+
+    ``tools`` runs the signature probe (default: ``signatures.probe_tools()`` on this
+    process's PATH and the sbin directories).
+    """
     writing = [s.name for s in steps if s.writes]
     if not writing:
         return
@@ -157,8 +163,9 @@ def check_safety(resolved: ResolvedTarget, steps: Sequence[WorkloadStep], allow_
     if dev.partitions:
         reasons.append(f"{dev.name} has partitions {', '.join(dev.partitions)}")
     try:
-        reasons += [f"{dev.name} carries a {sig}" for sig in detect(read_edges(resolved.node))]
-    except OSError as exc:
-        reasons.append(f"cannot read {resolved.node} to look for signatures: {exc.strerror}")
+        reasons += signatures.describe(dev.name, signatures.probe(resolved.node,
+                                                                  tools or signatures.probe_tools()))
+    except signatures.ProbeError as exc:
+        reasons.append(f"cannot tell what {dev.name} holds, so it is not written: {exc}")
     if reasons:
         raise UnsafeTargetError(str(resolved.node), reasons)
