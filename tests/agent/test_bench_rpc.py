@@ -3,12 +3,14 @@ and its progress streams through WatchBenchmark."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from stortune.agent.serve import Agent
+from stortune.agent.serve import Agent, ServeOptions
 from stortune.api.agent.wire import BenchmarkProgress
-from stortune.schemas.bench.spec import parse_benchmark
-from stortune.server.agentclient import AgentBusy, AgentClients, AgentNotFound
+from stortune.schemas.bench.spec import BenchmarkSpec, parse_benchmark
+from stortune.server.agentclient import AgentBusy, AgentClients, AgentNotFound, AgentRejected
 from tests.agent.fakefio import FakeFio, capture
 from tests.fixtures.agent_host import Host
 from tests.rpc.conftest import call, profile
@@ -114,3 +116,40 @@ def test_an_invalid_spec_is_refused_naming_the_field(agent: Agent) -> None:
 
     with pytest.raises(DocumentError, match=r"spec_json"):
         wire.start_call(wire.StartBenchmarkRequest(run_id="x", spec_json='{"kind": "BenchmarkSpec"}'))
+
+
+def file_spec(path: Path) -> BenchmarkSpec:
+    return parse_benchmark({
+        "apiVersion": "stortune/v1", "kind": "BenchmarkSpec", "metadata": {"name": "file-check"},
+        "spec": {"target": {"file": {"path": str(path), "size": "4M"}}, "allowDestructive": True,
+                 "workloads": [{"name": "w", "pattern": "write", "blockSize": "4k", "size": "64k"}]},
+    })
+
+
+def test_hostile_a_file_target_outside_the_agents_directories_is_refused_with_the_reason(
+        agent: Agent, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    with pytest.raises(AgentRejected) as err:
+        call(lambda c: c.for_address(agent.address).start_benchmark("cp-file-1", file_spec(victim)))
+    assert err.value.code == "FAILED_PRECONDITION"
+    assert err.value.message == (
+        f"spec.target.file.path '{victim}': is not inside a benchmark directory of this host"
+        f" ({agent.state_dir}/bench-files); the host decides where benchmark files may be written:"
+        " stortune-agent serve --bench-dir DIR")
+    assert victim.read_text() == "precious\n" and agent.service.bench.runs() == []
+
+
+def test_a_file_target_in_a_directory_the_host_gave_runs(host: Host, tmp_path: Path) -> None:
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    served = Agent(host.fs, tmp_path / "state", ServeOptions(
+        listen="127.0.0.1:0", rescan_interval=3600, grace=1, insecure=True, bench_dirs=(bench,)))
+    served.start()
+    try:
+        served.service.bench.runner = FakeFio(capture("fio-3.33-group-reporting.json"))
+        call(lambda c: c.for_address(served.address).start_benchmark("cp-file-2", file_spec(bench / "x.dat")))
+        assert served.service.bench.wait("cp-file-2", timeout=30).state == "done"
+        assert list(bench.iterdir()) == []  # made by the run, removed after it
+    finally:
+        served.stop()

@@ -9,6 +9,7 @@ import yaml
 
 from stortune.agent import discovery
 from stortune.agent.bench.errors import BenchmarkError, UnsafeTargetError
+from stortune.agent.bench.files import BenchFiles
 from stortune.agent.bench.targets import check_safety, resolve
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas.bench.spec import BenchmarkSpec, parse_benchmark
@@ -114,19 +115,29 @@ def test_a_file_target_is_found_on_its_filesystem(tmp_path: Path) -> None:
     mnt = tmp_path / "mnt"
     mnt.mkdir()
     fs, topology = loop_host(tmp_path / "host", mnt)
+    files = BenchFiles(fs, tmp_path / "state", [mnt])
     s = spec({"file": {"path": str(mnt / "bench.dat"), "size": "4M"}})
-    resolved = resolve(fs, s, topology)
+    resolved = resolve(fs, s, topology, files)
     assert (resolved.info.kind, resolved.info.device, resolved.existed) == ("file", "loop5", False)
     assert [b.device for b in resolved.beneath] == ["loop5"]
     check_safety(resolved, s.steps(resolved.info.facts), allow_destructive=False)  # a new file
-    (mnt / "bench.dat").write_bytes(b"precious")
-    resolved = resolve(fs, s, topology)
+    assert files.claim(str(mnt / "bench.dat"), "run-1")  # made by stortune, kept for later runs
+    files.release(str(mnt / "bench.dat"), "run-1", remove=False)
+    resolved = resolve(fs, s, topology, files)
+    assert resolved.existed
     with pytest.raises(UnsafeTargetError, match="the file exists and iometer-4k/randwrite"):
         check_safety(resolved, s.steps(resolved.info.facts), allow_destructive=False)
+    check_safety(resolved, s.steps(resolved.info.facts), allow_destructive=True)
 
 
-def test_a_file_target_may_not_lead_into_dev(tmp_path: Path) -> None:
+def test_hostile_a_file_target_may_not_lead_into_dev(tmp_path: Path) -> None:
     fs, topology = loop_host(tmp_path / "host")
-    (tmp_path / "sneaky").symlink_to(fs.dev)
-    with pytest.raises(BenchmarkError, match="resolves into"):
-        resolve(fs, spec({"file": {"path": str(tmp_path / "sneaky" / "loop5"), "size": "4M"}}), topology)
+    bench = tmp_path / "bench"
+    bench.mkdir()
+    (bench / "sneaky").symlink_to(fs.dev)
+    files = BenchFiles(fs, tmp_path / "state", [bench])
+    with pytest.raises(BenchmarkError, match=f"{bench}/sneaky is a symbolic link"):
+        resolve(fs, spec({"file": {"path": str(bench / "sneaky" / "loop5"), "size": "4M"}}), topology, files)
+    with pytest.raises(BenchmarkError, match=f"is under {fs.dev}"):
+        resolve(fs, spec({"file": {"path": str(fs.device_node("loop5")), "size": "4M"}}), topology,
+                BenchFiles(fs, tmp_path / "state", [fs.dev.parent]))

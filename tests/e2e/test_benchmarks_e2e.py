@@ -3,8 +3,8 @@ stortune-agent over gRPC (mutual TLS) on this machine's real loop devices, real 
 runtimes, driven with the stortune CLI.
 
 A preset runs through server and agent and its results are stored and comparable; a destructive
-spec on a device holding a filesystem is refused with the reason; cancelling mid-run leaves no fio
-process behind.
+spec on a device holding a filesystem, and a file target outside the agent's benchmark
+directories, are refused with the reason; cancelling mid-run leaves no fio process behind.
 """
 
 from __future__ import annotations
@@ -112,6 +112,28 @@ def test_benchmarks_through_server_and_agent(fleet: Fleet,  # noqa: F811 - the f
     message = run_doc(fleet, queued_id(refused.stdout))["status"]["message"]
     assert message == (f"refused by the agent: refusing to write to /dev/{formatted}: {formatted} holds "
                        "ext4 (filesystem), signature at byte 1080")
+
+    # -- a file target outside the agent's benchmark directories: refused with the reason ---------
+    outside = tmp_path / "not-a-bench-dir"
+    outside.mkdir()
+    file_spec = tmp_path / "file.yaml"
+    file_spec.write_text(f"""apiVersion: stortune/v1
+kind: BenchmarkSpec
+metadata: {{name: file}}
+spec:
+  hostSelector: {{matchLabels: {{bench: e2e}}}}
+  target: {{file: {{path: {outside}/x.dat, size: 4M}}}}
+  allowDestructive: true
+  workloads: [{{preset: seq-64k, runtime: 1s}}]
+""")
+    refused = fleet.cli("bench", "run", "-f", str(file_spec), "--host", "benchhost")
+    assert refused.returncode == 1
+    why = (f"spec.target.file.path '{outside}/x.dat': is not inside a benchmark directory of this host"
+           f" ({state}/bench-files); the host decides where benchmark files may be written:"
+           " stortune-agent serve --bench-dir DIR")
+    assert run_doc(fleet, queued_id(refused.stdout))["status"]["message"] == f"refused by the agent: {why}"
+    assert why in refused.stdout + refused.stderr
+    assert list(outside.iterdir()) == []
 
     # -- cancel mid-run: no fio process is left ------------------------------------------------------
     long_read = spec(tmp_path, "long", dev, "[{name: long, pattern: randread, blockSize: 4k, iodepth: 4, "

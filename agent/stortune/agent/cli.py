@@ -110,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tool-path", metavar="DIRS",
                    help="':'-separated directories where diagnostics find lsblk, smartctl ..."
                         " (default: $PATH, the sbin directories and /opt/MegaRAID)")
+    bench_args.add_bench_dirs(p)
     tls = p.add_argument_group(
         "mutual TLS", "The agent API accepts only the control plane's certificate. With --server the "
                       "agent obtains its own certificate (kept in STATE_DIR/tls, renewed before it "
@@ -265,7 +266,7 @@ def _serve(args: argparse.Namespace) -> int:
         listen=args.listen, server=args.server, name=args.name, labels=labels,
         heartbeat=args.heartbeat, advertise=args.advertise, rescan_interval=args.rescan_interval,
         token=token, tool_path=args.tool_path, insecure=args.insecure, tls_files=_tls_files(args),
-        control_plane_name=args.control_plane_name,
+        control_plane_name=args.control_plane_name, bench_dirs=tuple(args.bench_dir),
     )
     return serve.run(_fs(args), Path(args.state_dir), options)
 

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -192,6 +192,7 @@ class AgentService(wire.AgentServiceServicer):
                  benchmarks: BenchmarkRegistry | None = None,
                  bench: BenchmarkManager | None = None,
                  tool_path: str | None = None,
+                 bench_dirs: Sequence[Path] = (),
                  started_unix: int | None = None) -> None:
         self.fs = fs
         self.state_dir = state_dir
@@ -202,6 +203,8 @@ class AgentService(wire.AgentServiceServicer):
         #: Where diagnostics look for lsblk, smartctl ... and benchmarks for wipefs
         #: (None: this process's PATH and the sbin directories).
         self.tool_path = tool_path
+        #: The host's directories for benchmark file targets (besides STATE_DIR/bench-files).
+        self.bench_dirs = tuple(bench_dirs)
         self._version = agent_version()
         self._started = int(time.time()) if started_unix is None else started_unix
         if bench is None and RunStore(state_dir).unfinished():
@@ -223,7 +226,8 @@ class AgentService(wire.AgentServiceServicer):
                 self._bench = BenchmarkManager(self.fs, self.state_dir,
                                                on_progress=progress_sink(self.benchmarks),
                                                agent_version=self._version,
-                                               tools=probe_tools(self.tool_path))
+                                               tools=probe_tools(self.tool_path),
+                                               bench_dirs=self.bench_dirs)
             return self._bench
 
     def close(self) -> None:

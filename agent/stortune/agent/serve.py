@@ -78,6 +78,8 @@ class ServeOptions:
     token: str | None = field(default=None, repr=False)
     #: Where diagnostics find their tools (None: PATH and the sbin directories).
     tool_path: str | None = None
+    #: Directories where benchmark file targets may be created, besides STATE_DIR/bench-files.
+    bench_dirs: tuple[Path, ...] = ()
     #: Plaintext gRPC, anyone on the network may call: local development only.
     insecure: bool = False
     #: The agent's key, certificate and the CA it trusts, from files (the site's PKI);
@@ -117,7 +119,8 @@ class Agent:
         self.benchmarks = benchmarks or BenchmarkRegistry()
         self.apply_lock = threading.Lock()
         self.service = AgentService(fs, state_dir, apply_lock=self.apply_lock,
-                                    benchmarks=self.benchmarks, tool_path=options.tool_path)
+                                    benchmarks=self.benchmarks, tool_path=options.tool_path,
+                                    bench_dirs=options.bench_dirs)
         self.registrar: Registrar | None = None
         self.address = ""  # bound HOST:PORT, known after start()
         self._stop = threading.Event()

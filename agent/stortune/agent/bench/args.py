@@ -9,9 +9,25 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from stortune.agent.bench.files import OWN_DIR, check_directory
 from stortune.schemas.bench.presets import PRESET_NAMES
+
+
+def bench_dir(text: str) -> Path:
+    try:
+        return check_directory(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def add_bench_dirs(p: argparse.ArgumentParser) -> None:
+    """--bench-dir: where this host lets benchmark file targets be created."""
+    p.add_argument("--bench-dir", action="append", default=[], type=bench_dir, metavar="DIR",
+                   help="a directory where benchmark file targets may be created and overwritten;"
+                        f" repeatable. Besides STATE_DIR/{OWN_DIR}, none by default")
 
 
 def add_parser(sub: Any, roots: Callable[[argparse.ArgumentParser], None],
@@ -34,4 +50,5 @@ def add_parser(sub: Any, roots: Callable[[argparse.ArgumentParser], None],
     p.add_argument("--baseline", metavar="RESULT.json",
                    help="compare with an earlier result (this command's -o json, or a run's result.json)")
     state(p)
+    add_bench_dirs(p)
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")

@@ -2,10 +2,12 @@
 
     stortune-agent bench -f SPEC.yaml [--state-dir DIR] [-o table|json] [--baseline RESULT.json]
     stortune-agent bench --preset stream-32k --target loop3 [--runtime 10s] [--size 64M]
+    stortune-agent bench --preset seq-1m --target /srv/bench/x.dat --bench-dir /srv/bench
 
 The run goes through the same ``BenchmarkManager`` as the control plane's, so
 it takes the host's bench lock (no apply meanwhile) and is stored under
-``<state-dir>/bench/<run id>``. A progress line is shown on a terminal; Ctrl-C
+``<state-dir>/bench/<run id>``; a file target must be in ``<state-dir>/bench-files`` or a
+``--bench-dir``. A progress line is shown on a terminal; Ctrl-C
 cancels (fio is stopped, what ran is kept). Exit: 0 done (thresholds met),
 2 thresholds not met, 1 failed or cancelled.
 """
@@ -79,7 +81,8 @@ def run(args: argparse.Namespace, fs: KernelFS) -> int:
     baseline = _load_result(args.baseline) if args.baseline else None
     tty = sys.stderr.isatty()
     manager = BenchmarkManager(fs, Path(args.state_dir),
-                               on_progress=_progress_line(sys.stderr) if tty else None)
+                               on_progress=_progress_line(sys.stderr) if tty else None,
+                               bench_dirs=args.bench_dir)
     run_id = manager.start(spec, args.run_id)
     try:
         manager.wait(run_id)

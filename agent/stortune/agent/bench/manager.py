@@ -31,7 +31,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -40,6 +40,7 @@ from stortune.agent import journal, local
 from stortune.agent.bench import context as ctx
 from stortune.agent.bench import signatures, targets
 from stortune.agent.bench.errors import BenchmarkBusyError, BenchmarkError, UnknownRunError
+from stortune.agent.bench.files import BenchFiles
 from stortune.agent.bench.fio import (
     FioInvocation,
     FioOutcome,
@@ -78,6 +79,8 @@ class _Run:
     unit_started: float = 0.0
     fio_pid: int | None = None
     fio_status: tuple[float, FioStatus] | None = None
+    claimed: bool = False  # file targets: the file is the run's (recorded busy)
+    created: bool = False  # file targets: this run made the file
 
 
 def step_timeout(step: WorkloadStep) -> float | None:
@@ -89,7 +92,7 @@ class BenchmarkManager:
     def __init__(self, fs: KernelFS, state_dir: Path, *, runner: FioRunner | None = None,
                  on_progress: ProgressSink | None = None, sample_interval: float = 1.0,
                  agent_version: str | None = None, apply_wait: float = 60.0,
-                 tools: ToolRunner | None = None) -> None:
+                 tools: ToolRunner | None = None, bench_dirs: Sequence[Path] = ()) -> None:
         self.fs = fs
         self.state_dir = state_dir
         self.runner: FioRunner = runner or SubprocessFioRunner()
@@ -99,6 +102,8 @@ class BenchmarkManager:
         self.apply_wait = apply_wait
         #: Runs the raw-device signature probe (wipefs); default: PATH and the sbin directories.
         self.tools = tools or signatures.probe_tools()
+        #: Where file targets may be: ``bench_dirs`` (the host's --bench-dir) and <state>/bench-files.
+        self.files = BenchFiles(fs, state_dir, bench_dirs)
         self.store = RunStore(state_dir)
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()
@@ -181,7 +186,7 @@ class BenchmarkManager:
     # -- preparing ---------------------------------------------------------------------
     def _prepare(self, spec: BenchmarkSpec, run_id: str) -> _Run:
         topology = local.discover(self.fs)
-        target = targets.resolve(self.fs, spec, topology)
+        target = targets.resolve(self.fs, spec, topology, self.files)
         steps = spec.steps(target.info.facts)
         for step in steps:
             try:
@@ -209,6 +214,9 @@ class BenchmarkManager:
         state: RunState = "failed"
         message = ""
         try:
+            if run.target.is_file:
+                run.created = self.files.claim(run.target.info.path, run.run_id)
+                run.claimed = True
             topology = local.discover(self.fs)
             result.context = ctx.capture(self.fs, topology, run.target, self.state_dir,
                                          agent_version=self.agent_version,
@@ -219,6 +227,8 @@ class BenchmarkManager:
                 run.unit, run.unit_started = n, time.monotonic()
                 step_run = self._run_step(run, index, step, repeat)
                 result.runs.append(step_run)
+                if run.target.is_file:
+                    self.files.settle(run.target.info.path, run.run_id)  # fio may have made it anew
                 if step_run.state != "done":
                     message = (f"{step.name} (repeat {repeat + 1}) {step_run.state}:"
                                f" {step_run.message}")
@@ -233,17 +243,18 @@ class BenchmarkManager:
                                                    ctx.settings_of(after, devices))
             if after.structure_hash() != result.context.topology_hash:
                 result.context.warnings.append("the device graph changed during the run")
+        except BenchmarkError as exc:  # a file target the host does not allow (any more)
+            log.warning("benchmark %s failed: %s", run.run_id, exc)
+            state, message = "failed", str(exc)
         except Exception as exc:
             log.exception("benchmark %s failed", run.run_id)
-            message = f"{type(exc).__name__}: {exc}"
+            state, message = "failed", f"{type(exc).__name__}: {exc}"
         finally:
             self._finish(run, result, state, message)
 
     def _finish(self, run: _Run, result: BenchmarkResult, state: RunState, message: str) -> None:
         try:
-            file = run.spec.spec.target.file
-            if run.target.is_file and file is not None and not file.keep and not run.target.existed:
-                run.target.node.unlink(missing_ok=True)
+            self._release_file(run, result)
             final = result.model_copy(update={"state": state, "finished_at": time.time()})
             final = final.concluded(run.spec.spec.thresholds)
             if state == "done":
@@ -259,6 +270,18 @@ class BenchmarkManager:
             self._publish(run, state, percent=100.0 if state == "done" else None, message=message,
                           persist=True)
             run.done.set()
+
+    def _release_file(self, run: _Run, result: BenchmarkResult) -> None:
+        """Remove the file the run made (unless keep: true), or keep it recorded as stortune's."""
+        file = run.spec.spec.target.file
+        if not run.claimed or file is None:
+            return
+        try:
+            self.files.release(file.path, run.run_id, remove=run.created and not file.keep)
+        except (BenchmarkError, OSError) as exc:
+            log.warning("benchmark %s: its file was left in place: %s", run.run_id, exc)
+            if result.context is not None:
+                result.context.warnings.append(f"the file target was left in place: {exc}")
 
     def _run_step(self, run: _Run, index: int, step: WorkloadStep, repeat: int) -> StepRun:
         where = self.store.step_dir(run.run_id, index, step.name, repeat)
@@ -288,8 +311,8 @@ class BenchmarkManager:
     def _before_step(self, run: _Run, step: WorkloadStep) -> None:
         target = run.target
         if target.is_file:
-            if step.fresh_file and (not target.existed or run.spec.spec.allowDestructive):
-                target.node.unlink(missing_ok=True)
+            if step.fresh_file and (run.created or run.spec.spec.allowDestructive):
+                self.files.renew(target.info.path, run.run_id)
             return
         if step.invalidate:
             # fio's invalidate=1 does this too; done here as well so a read step never

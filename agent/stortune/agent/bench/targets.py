@@ -1,8 +1,10 @@
 """Find a spec's target on this host and decide whether it may be written.
 
 A device target is the one device the spec's ``match`` selects (the same
-matcher as profile rules). A file target lives on a mounted filesystem; the
-device holding it is found through mountinfo, so its stack can be sampled.
+matcher as profile rules). A file target must lie in a benchmark directory the
+host allows, reached without following links and without crossing a mount
+point (see ``files``); the device holding that directory's filesystem is found
+through mountinfo, so its stack can be sampled.
 
 Safety: a workload that writes to a raw device needs ``allowDestructive`` and
 a device that is not mounted, has no holders and no partitions, is not
@@ -14,7 +16,6 @@ answer refuses too). Every reason is reported at once. Reads are allowed anywher
 from __future__ import annotations
 
 import os
-import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +23,7 @@ from pathlib import Path
 from stortune.agent import procfs
 from stortune.agent.bench import signatures
 from stortune.agent.bench.errors import BenchmarkError, UnsafeTargetError
+from stortune.agent.bench.files import BenchFiles, Place
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.tools import ToolRunner
 from stortune.schemas.bench.fiojob import FioTarget
@@ -41,19 +43,25 @@ class ResolvedTarget:
     device: Device | None  # the target device, or the one holding the file
     beneath: list[Beneath]  # what the sampler watches
     node: Path  # device node or file path
-    existed: bool  # file targets: was there before the run
+    existed: bool  # file targets: was there before the run (a file stortune made earlier)
+    place: Place | None = None  # file targets: where it resolved
 
     @property
     def is_file(self) -> bool:
         return self.info.kind == "file"
 
 
-def resolve(fs: KernelFS, spec: BenchmarkSpec, topology: Topology) -> ResolvedTarget:
+def resolve(fs: KernelFS, spec: BenchmarkSpec, topology: Topology,
+            files: BenchFiles | None = None) -> ResolvedTarget:
+    """The spec's target on this host; a file target is checked against ``files``, the
+    benchmark directories the host allows."""
     target = spec.spec.target
     if target.device is not None:
         return _device(fs, target.device, topology)
     assert target.file is not None
-    return _file(fs, target.file.path, target.file.size, topology)
+    if files is None:
+        raise BenchmarkError("spec.target.file: this agent has no benchmark directories to put files in")
+    return _file(fs, files, target.file.path, target.file.size, topology)
 
 
 def _device(fs: KernelFS, match: Match, topology: Topology) -> ResolvedTarget:
@@ -101,35 +109,17 @@ def _holding_device(fs: KernelFS, path: str, topology: Topology) -> Device | Non
     return next((d for d in topology.devices if d.devno == best.devno), None)
 
 
-def _file(fs: KernelFS, raw: str, size: int, topology: Topology) -> ResolvedTarget:
-    given = Path(raw)
-    parent = Path(os.path.realpath(given.parent))
-    if not parent.is_dir():
-        raise BenchmarkError(f"spec.target.file.path: directory {given.parent} does not exist")
-    path = parent / given.name
-    for root in (fs.dev, fs.sysfs, fs.procfs):
-        real_root = Path(os.path.realpath(root))
-        if path == real_root or real_root in path.parents:
-            raise BenchmarkError(f"spec.target.file.path {raw} resolves into {root}; a file target"
-                                 " must be on a mounted filesystem")
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        existed = False
-    else:
-        if not stat.S_ISREG(st.st_mode):
-            raise BenchmarkError(f"spec.target.file.path {path} exists and is not a regular file;"
-                                 " give a new path or a regular file")
-        existed = True
-    holder = _holding_device(fs, str(path), topology)
+def _file(fs: KernelFS, files: BenchFiles, raw: str, size: int, topology: Topology) -> ResolvedTarget:
+    place = files.check(raw)
+    holder = _holding_device(fs, place.real, topology)
     base = facts(topology, holder.name) if holder is not None else TargetFacts()
     target_facts = TargetFacts(kind="file", drives=base.drives, rotational=base.rotational,
                                size_bytes=size)
-    info = TargetInfo(kind="file", path=str(path), device=holder.name if holder else None,
+    info = TargetInfo(kind="file", path=raw, device=holder.name if holder else None,
                       device_id=holder.id if holder else None, size_bytes=size, facts=target_facts)
     below = beneath(topology, holder.name) if holder is not None else []
-    return ResolvedTarget(info, FioTarget(str(path), size, is_file=True), holder, below, path,
-                          existed=existed)
+    return ResolvedTarget(info, FioTarget(raw, size, is_file=True), holder, below, Path(raw),
+                          existed=place.exists, place=place)
 
 
 def check_safety(resolved: ResolvedTarget, steps: Sequence[WorkloadStep], allow_destructive: bool,

@@ -50,6 +50,8 @@ _SIZE_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*[kKmMgGtTpP]?[iI]?[bB]?\s*$"
 _TIME_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*(ns|us|µs|ms|s|sec|m|min|h)?\s*$"
 #: Device nodes and kernel trees are never a file target.
 _SYSTEM_TREES = ("/dev", "/proc", "/sys")
+#: Linux's PATH_MAX (without the NUL) and NAME_MAX, in bytes.
+_PATH_MAX, _NAME_MAX = 4095, 255
 
 Size = Annotated[
     int,
@@ -90,11 +92,20 @@ class FileTarget(_Doc):
     @field_validator("path")
     @classmethod
     def _path(cls, v: str) -> str:
-        if not v.startswith("/") or any(c in v for c in "\x00\n\r"):
-            raise ValueError(f"{v!r} must be an absolute path without NUL or newlines")
-        parts = v.split("/")
-        if ".." in parts or v.endswith("/"):
-            raise ValueError(f"{v!r} must name a file, without '..' components")
+        shown = v if len(v) <= 160 else v[:160] + "..."
+        if not v.startswith("/") or any(ord(c) < 32 or ord(c) == 127 for c in v):
+            raise ValueError(f"{shown!r} must be an absolute path without NUL or control characters")
+        try:
+            encoded = v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError(f"{shown!r} is not valid UTF-8 text") from None
+        if len(encoded) > _PATH_MAX:
+            raise ValueError(f"{shown!r} is longer than {_PATH_MAX} bytes")
+        parts = v.split("/")[1:]
+        if any(p in ("", ".", "..") for p in parts):
+            raise ValueError(f"{shown!r} must name a file plainly, without '.', '..' or empty components")
+        if any(len(p.encode("utf-8")) > _NAME_MAX for p in parts):
+            raise ValueError(f"{shown!r} has a component longer than {_NAME_MAX} bytes")
         if any(v == t or v.startswith(t + "/") for t in _SYSTEM_TREES):
             raise ValueError(f"{v!r} is under {', '.join(_SYSTEM_TREES)}; to benchmark a device,"
                              " use target.device with a match")
