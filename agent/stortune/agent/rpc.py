@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
-from stortune.agent import local
+from stortune.agent import journal, local
 from stortune.agent.bench.errors import UnknownRunError
 from stortune.agent.bench.store import RunStore
 from stortune.agent.journal import StateError, StateLockedError
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import wire
 from stortune.api.agent.wire import BENCHMARK_STATES, BenchmarkProgress, HostInfo
+from stortune.schemas import planner
 from stortune.schemas.documents import DocumentError
 
 if TYPE_CHECKING:
@@ -295,10 +296,23 @@ class AgentService(wire.AgentServiceServicer):
     @_status_errors
     def Restore(self, request: wire.RestoreRequest,
                 context: grpc.ServicerContext) -> wire.RestoreResponse:
-        only = wire.restore_keys(request)
+        only = wire.restore_keys(request, self._restorable())
         with self._serialised(context):
             report = local.restore(self.fs, self.state_dir, only)
         return wire.restore_response(self.host(), report.ok, report)
+
+    def _restorable(self) -> Callable[[str], bool]:
+        """Whether a Restore may name a device id: a device here now, or one with a recorded
+        original (a device that is gone). Looked up once, at the first key."""
+        known: set[str] = set()
+
+        def check(device_id: str) -> bool:
+            if not known:
+                known.update(d.id for d in planner.targets(local.discover(self.fs)))
+                known.update(device_id for device_id, _ in journal.load_originals(self.state_dir))
+            return device_id in known
+
+        return check
 
     def WatchBenchmark(self, request: wire.WatchBenchmarkRequest,
                        context: grpc.ServicerContext) -> Iterator[wire.BenchmarkProgressMessage]:

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
 _RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 RESULT = "result.json"
+#: Prefix of a forgotten run's directory while it is deleted (not a run id: those start alphanumeric).
+_GRAVE = ".forgotten-"
 
 
 def new_run_id() -> str:
@@ -114,10 +116,25 @@ class RunStore:
         return [r for r in self.runs() if not (self.root / r / RESULT).exists()]
 
     def delete(self, run_id: str) -> None:
+        """Forget a run: UnknownRunError when it is not here (any more).
+
+        The run's directory is first renamed out of the runs' namespace, which
+        is atomic: of two forgets at once (two control planes, or a retry while
+        the first still deletes) one takes it and the other finds nothing,
+        instead of both removing the same files and one failing half-way. What
+        an agent that died while deleting left behind is removed by the next
+        forget.
+        """
         path = self.dir(run_id)
         if not path.is_dir():
             raise UnknownRunError(run_id)
-        shutil.rmtree(path)
+        grave = self.root / f"{_GRAVE}{run_id}-{uuid.uuid4().hex[:8]}"
+        try:
+            path.rename(grave)
+        except FileNotFoundError:
+            raise UnknownRunError(run_id) from None
+        for leftover in [grave, *self.root.glob(f"{_GRAVE}*")]:
+            shutil.rmtree(leftover, ignore_errors=True)
 
 
 def _dumps(data: Any) -> bytes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -24,6 +24,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from stortune.api.agent.v1 import agent_pb2 as pb
 from stortune.api.agent.v1 import agent_pb2_grpc as pb_grpc
+from stortune.schemas import catalog
 from stortune.schemas.documents import DocumentError, Problem, duplicate_names, parse_profile
 from stortune.schemas.plan import Plan
 from stortune.schemas.profile import StorageProfile
@@ -360,14 +361,35 @@ def restore_request(only: Collection[SettingKey] | None = None) -> pb.RestoreReq
     return pb.RestoreRequest(only=keys)
 
 
-def restore_keys(msg: pb.RestoreRequest) -> set[SettingKey] | None:
-    """None: restore every recorded original."""
+#: Longest device id accepted: a loop device's id carries its backing file's path (PATH_MAX).
+MAX_DEVICE_ID = 4200
+
+
+def restore_keys(msg: pb.RestoreRequest,
+                 device_known: Callable[[str], bool] | None = None) -> set[SettingKey] | None:
+    """None: restore every recorded original. Each key must name a tunable of the catalog and a
+    device id ``device_known`` accepts (on the agent: a device there, or one with an original)."""
     keys: set[SettingKey] = set()
     for index, key in enumerate(msg.only):
+        where = f"only[{index}]"
         if not key.device_id or not key.tunable:
-            raise WireError(f"only[{index}]: device_id and tunable are both required")
+            raise WireError(f"{where}: device_id and tunable are both required")
+        if key.tunable not in catalog.CATALOG:
+            raise WireError(f"{where}.tunable: {_shown(key.tunable)} is not a tunable of the catalog;"
+                            f" known: {', '.join(sorted(catalog.CATALOG))}")
+        if len(key.device_id) > MAX_DEVICE_ID or not key.device_id.isprintable():
+            raise WireError(f"{where}.device_id: {_shown(key.device_id)} is not a device id (printable"
+                            f" text of at most {MAX_DEVICE_ID} characters, such as wwn:... or"
+                            " loop:/path)")
+        if device_known is not None and not device_known(key.device_id):
+            raise WireError(f"{where}.device_id: no device {_shown(key.device_id)} on this host, and no"
+                            " recorded original for it")
         keys.add((key.device_id, key.tunable))
     return keys or None
+
+
+def _shown(text: str, limit: int = 80) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def restore_response(info: HostInfo, ok: bool, report: BaseModel) -> pb.RestoreResponse:
