@@ -210,6 +210,16 @@ def test_hostile_paths_are_refused_by_the_document_too() -> None:
             spec(raw)
 
 
+def test_hostile_a_host_directory_holding_the_state_directory_does_not_open_it(fs: KernelFS,
+                                                                              tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    m = manager(fs, state, PathFio(), tmp_path)  # the host gave a directory that holds the state
+    for target in (state / "originals.json", state / "bench" / "x.dat", state / "new.dat"):
+        assert refused(m, spec(target, destructive=True)) == (
+            f"is in the agent's state directory {state}; benchmark files go in {state}/bench-files there")
+    assert run(m, spec(state / "bench-files" / "x.dat")).state == "done"
+
+
 def test_hostile_a_mount_point_below_a_benchmark_directory_is_refused(fs: KernelFS, tmp_path: Path,
                                                                       bench: Path) -> None:
     (bench / "mnt").mkdir()  # the fixture's mountinfo has a tmpfs there

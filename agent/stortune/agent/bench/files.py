@@ -9,7 +9,8 @@ the agent (``--bench-dir``, repeatable) and the agent's own
 * its path is absolute and plain: no ``.``, ``..`` or empty component, no
   control character, at most PATH_MAX bytes with components of at most
   NAME_MAX, not under /dev, /sys or /proc;
-* it lies inside one of those directories and is reached without following a
+* it lies inside one of those directories (not elsewhere in the state
+  directory, should a --bench-dir hold it) and is reached without following a
   symbolic link: each component below the directory is looked at with lstat
   and opened with O_NOFOLLOW relative to its parent's descriptor, so a link
   anywhere below the directory is refused, never followed;
@@ -151,6 +152,7 @@ class _Parent:
 class BenchFiles:
     def __init__(self, fs: KernelFS, state_dir: Path, directories: Sequence[Path] = ()) -> None:
         self.fs = fs
+        self.state_dir = state_dir
         self.own = state_dir / OWN_DIR
         self.record_path = state_dir / RECORD
         try:
@@ -196,11 +198,21 @@ class BenchFiles:
             for spelled in dict.fromkeys((str(directory), os.path.realpath(directory))):
                 prefix = spelled.rstrip("/") + "/"
                 if raw.startswith(prefix) and len(raw) > len(prefix):
-                    return directory, spelled, raw[len(prefix):].split("/")
+                    rel = raw[len(prefix):].split("/")
+                    if directory != self.own and self._in_state(os.path.realpath(directory), rel):
+                        raise FileTargetError(raw, f"is in the agent's state directory {self.state_dir};"
+                                                   f" benchmark files go in {self.own} there")
+                    return directory, spelled, rel
         allowed = ", ".join(str(d) for d in self.directories)
         raise FileTargetError(raw, f"is not inside a benchmark directory of this host ({allowed});"
                                    " the host decides where benchmark files may be written:"
                                    " stortune-agent serve --bench-dir DIR")
+
+    def _in_state(self, real_directory: str, rel: list[str]) -> bool:
+        """Whether a path below a host directory lands in the state directory (a --bench-dir
+        holding it): the journal, originals and bench records are not benchmark files."""
+        state = os.path.realpath(self.state_dir).rstrip("/") + "/"
+        return f"{real_directory.rstrip('/')}/{'/'.join(rel)}".startswith(state)
 
     @contextlib.contextmanager
     def _parent(self, raw: str) -> Iterator[_Parent]:
