@@ -1,12 +1,19 @@
 """Real loop devices for tests (root only), always released, also when a test fails.
 
-Registered for the whole suite from tests/conftest.py.
+Registered for the whole suite from tests/conftest.py. ``loop_devices`` hands out
+existing loop devices (``losetup --find``), whose queues keep what earlier users
+set; ``fresh_loop`` makes a new one and removes it afterwards, for a test (or
+bench/couplings.py) that needs the kernel's defaults, including state no write
+can bring back.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import os
+import random
 import shutil
 import subprocess
 import time
@@ -58,6 +65,23 @@ def _snapshot(name: str) -> dict[str, str]:
     return saved
 
 
+def queue_attributes(name: str) -> dict[str, str]:
+    """Every readable attribute under the device's queue/ (iosched/ included), by relative path;
+    list attributes (scheduler) as their current choice."""
+    queue = Path("/sys/block") / name / "queue"
+    values: dict[str, str] = {}
+    for path in sorted(queue.rglob("*")):
+        if not path.is_file():
+            continue
+        try:
+            raw = path.read_text()
+        except OSError:
+            continue  # write-only, or refusing reads on this device
+        values[str(path.relative_to(queue))] = next(
+            (w.strip("[]") for w in raw.split() if w.startswith("[")), raw.strip())
+    return values
+
+
 def _ours(loop: _Loop) -> bool:
     """Is /dev/<name> still attached to our image? Never touch a device that is not."""
     try:
@@ -91,6 +115,89 @@ def _release(loop: _Loop) -> str | None:
     return None
 
 
+# ioctls of /dev/loop-control (linux/loop.h)
+_LOOP_CTL_ADD, _LOOP_CTL_REMOVE = 0x4C80, 0x4C81
+#: Fresh devices are numbered from here: `losetup --find` takes the lowest free
+#: index, so another process is unlikely to grab one before it is attached.
+_FRESH_BASE = 512
+
+
+def _retry_busy(call: Callable[[], object]) -> bool:
+    """Run ``call`` until it does not fail with EBUSY (udev may hold the device for a moment)."""
+    for attempt in range(10):
+        try:
+            call()
+            return True
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    return False
+
+
+def _require_loop() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("loop devices need root")
+    if shutil.which("losetup") is None:
+        pytest.skip("losetup is not installed (Debian package util-linux)")
+    if not Path("/dev/loop-control").exists():
+        pytest.skip("/dev/loop-control is missing: the loop module is not loaded")
+
+
+@contextlib.contextmanager
+def fresh_loop(directory: Path, size: int = 64 << 20) -> Iterator[str]:
+    """A loop device made for the caller (LOOP_CTL_ADD) over a sparse file in ``directory``.
+
+    Its queue has the kernel's defaults, which no write can restore on a used
+    device: wbt_lat_usec, once written, is "set by the user" for good, and only
+    a default-enabled throttle is switched off by bfq. The device is detached and
+    removed afterwards, whatever happens; a device someone else attached in
+    between is left alone.
+    """
+    ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        index = _FRESH_BASE + random.randrange(1 << 16)
+        while True:
+            try:
+                index = fcntl.ioctl(ctl, _LOOP_CTL_ADD, index)
+                break
+            except OSError as exc:
+                if exc.errno != errno.EEXIST:
+                    raise
+                index += 1
+        name = f"loop{index}"
+        image = directory / f"fresh-{name}-{os.getpid()}.img"
+        with open(image, "wb") as fh:
+            fh.truncate(size)
+        loop = _Loop(name, image, {})
+        try:
+            for _ in range(100):  # devtmpfs makes the node right after the add
+                if Path(f"/dev/{name}").exists():
+                    break
+                time.sleep(0.01)
+            proc = subprocess.run(["losetup", f"/dev/{name}", str(image)], check=False,
+                                  capture_output=True, text=True, timeout=30)
+            if proc.returncode != 0:
+                raise RuntimeError(f"losetup /dev/{name} failed: {proc.stderr.strip()}")
+            yield name
+        finally:
+            problem = _release(loop)
+            # Refused (EBUSY) for a device that is attached: never remove someone else's.
+            with contextlib.suppress(OSError):
+                _retry_busy(lambda: fcntl.ioctl(ctl, _LOOP_CTL_REMOVE, index))
+            if problem:
+                raise RuntimeError(problem)
+    finally:
+        os.close(ctl)
+
+
+@pytest.fixture
+def fresh_loops(tmp_path: Path) -> Callable[[], contextlib.AbstractContextManager[str]]:
+    """``with fresh_loops() as name:`` a new loop device with the kernel's queue defaults."""
+    _require_loop()
+    return lambda: fresh_loop(tmp_path)
+
+
 @pytest.fixture
 def loop_devices(tmp_path: Path) -> Iterator[Callable[[int], list[str]]]:
     """A factory: ``loop_devices(n)`` attaches n fresh loop devices and returns their names.
@@ -98,12 +205,7 @@ def loop_devices(tmp_path: Path) -> Iterator[Callable[[int], list[str]]]:
     Each is backed by a sparse 64 MiB file in tmp_path, and is detached (with
     its queue settings put back) when the test ends, whatever its outcome.
     """
-    if os.geteuid() != 0:
-        pytest.skip("loop devices need root")
-    if shutil.which("losetup") is None:
-        pytest.skip("losetup is not installed (Debian package util-linux)")
-    if not Path("/dev/loop-control").exists():
-        pytest.skip("/dev/loop-control is missing: the loop module is not loaded")
+    _require_loop()
     created: list[_Loop] = []
     backing = tmp_path / "loop-images"
     backing.mkdir()

@@ -80,7 +80,7 @@ def test_plan_apply_plan_restore(loop: str, tmp_path: Path) -> None:
     assert applied.returncode == 0, applied.stdout + applied.stderr
     assert queue(loop) == {"scheduler": sched, "nr_requests": str(nr), "read_ahead_kb": str(ra),
                            "max_sectors_kb": str(ms)}
-    again = agent("plan", "-f", str(doc))
+    again = agent("plan", "-f", str(doc), "--state-dir", state)
     assert again.returncode == 0, again.stdout
 
     restored = agent("restore", "--state-dir", state)
@@ -99,6 +99,45 @@ def test_dropping_a_setting_restores_its_original(loop: str, tmp_path: Path) -> 
     assert now["read_ahead_kb"] == "2048" and now["max_sectors_kb"] == before["max_sectors_kb"]
     assert agent("restore", "--state-dir", state).returncode == 0
     assert queue(loop) == before
+
+
+def test_plan_exits_2_while_a_dropped_setting_is_to_be_put_back(loop: str, tmp_path: Path) -> None:
+    """The restoration apply would make is a pending change: shown, and exit 2 until applied."""
+    before = queue(loop)
+    ms = 128 if before["max_sectors_kb"] != "128" else 256
+    doc, state = tmp_path / "p.yaml", str(tmp_path / "state")
+    doc.write_text(profile(loop, f"{{read_ahead_kb: 1024, max_sectors_kb: {ms}}}"))
+    assert agent("apply", "-f", str(doc), "--state-dir", state).returncode == 0
+    doc.write_text(profile(loop, "{read_ahead_kb: 1024}"))
+
+    planned = agent("plan", "-f", str(doc), "--state-dir", state, "-o", "json")
+    assert planned.returncode == 2, planned.stdout + planned.stderr
+    plan = json.loads(planned.stdout)
+    assert plan["changes"] == []
+    assert [(r["device"], r["tunable"], r["current"], r["desired"], r["to"])
+            for r in plan["restorations"]] == [
+        (loop, "max_sectors_kb", ms, int(before["max_sectors_kb"]), "original")]
+    table = agent("plan", "-f", str(doc), "--state-dir", state)
+    assert table.returncode == 2
+    assert "1 restoration(s)" in table.stdout and "original" in table.stdout
+
+    assert agent("apply", "-f", str(doc), "--state-dir", state).returncode == 0
+    assert queue(loop)["max_sectors_kb"] == before["max_sectors_kb"]
+    assert agent("plan", "-f", str(doc), "--state-dir", state).returncode == 0
+    assert agent("restore", "--state-dir", state).returncode == 0
+
+
+def test_plan_cannot_read_the_state_directory(tmp_path: Path) -> None:
+    """Hostile: the originals store unreadable (here a directory): an error naming it, exit 1,
+    not a plan that silently shows no restoration."""
+    state = tmp_path / "state"
+    (state / "originals.json").mkdir(parents=True)
+    doc = tmp_path / "p.yaml"
+    doc.write_text(profile("loop0", "{read_ahead_kb: 1024}"))
+    result = agent("plan", "-f", str(doc), "--state-dir", str(state))
+    assert result.returncode == 1
+    assert "originals.json: cannot read the originals store" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(

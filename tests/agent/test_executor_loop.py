@@ -79,9 +79,13 @@ def test_apply_then_restore(loop_device: str, tmp_path: Path) -> None:
     assert [r.status for r in report.results] == ["applied"] * 4
     json.dumps(report.model_dump(mode="json"))  # the CLI and RPC ship it as JSON
     stored = journal.load_originals(state)
-    assert {k: str(o.value) for k, o in stored.items()} == {
+    assert {k: str(o.value) for k, o in stored.items() if o.direct} == {
         (f"name:{dev}", t): v for t, v in original.items()
     }
+    # What the scheduler switch may reset is saved as well, as a side effect, with what it left.
+    side = {k[1]: o for k, o in stored.items() if not o.direct}
+    assert set(side) == {"wbt_lat_usec"} and side["wbt_lat_usec"].cause == "scheduler"
+    assert str(side["wbt_lat_usec"].cause_left) == sysfs(dev, "wbt_lat_usec")
     assert journal.pending(state) == []
 
     restored = executor.restore(FS, state)

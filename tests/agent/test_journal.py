@@ -47,6 +47,38 @@ def test_second_apply_does_not_record_its_own_value(fake_kernel: KernelFS, tmp_p
     assert read_queue(fake_kernel, "fake0", "read_ahead_kb") == "128"
 
 
+def test_a_side_effect_original_becomes_direct_when_stortune_sets_it_itself(tmp_path: Path) -> None:
+    side = original(128).model_copy(update={"tunable": "nr_requests", "direct": False,
+                                            "cause": "scheduler"})
+    assert journal.record_original(tmp_path, side)
+    journal.note_causes(tmp_path, [(side.key, "scheduler", 256)])
+    (stored,) = journal.load_originals(tmp_path).values()
+    assert (stored.value, stored.direct, stored.cause, stored.cause_left) == (128, False, "scheduler", 256)
+
+    assert not journal.record_original(tmp_path, side.model_copy(update={"value": 256, "direct": True}))
+    (stored,) = journal.load_originals(tmp_path).values()
+    assert (stored.value, stored.direct, stored.cause_left) == (128, True, 256)
+    # Its own setting removed while the scheduler stays: a side effect only again, still kept.
+    journal.settle_originals(tmp_path, drop=[], indirect=[side.key])
+    (stored,) = journal.load_originals(tmp_path).values()
+    assert (stored.value, stored.direct) == (128, False)
+
+
+def test_plain_originals_are_stored_as_before(tmp_path: Path) -> None:
+    """A store older agents wrote reads as direct originals; plain ones are written the same way."""
+    journal.record_original(tmp_path, original(128))
+    text = (tmp_path / "originals.json").read_text()
+    assert "direct" not in text and "cause" not in text
+    (stored,) = journal.load_originals(tmp_path).values()
+    assert stored.direct and stored.cause is None
+
+
+def test_an_unreadable_state_directory_is_a_state_error(tmp_path: Path) -> None:
+    (tmp_path / "originals.json").mkdir()  # EISDIR: read fails, and not because it is absent
+    with pytest.raises(journal.StateError, match="cannot read the originals store"):
+        journal.load_originals(tmp_path)
+
+
 def test_drop_originals(tmp_path: Path) -> None:
     journal.record_original(tmp_path, original(128))
     journal.drop_originals(tmp_path, iter([("wwn:0x1", "read_ahead_kb")]))

@@ -17,7 +17,14 @@ import uvicorn
 from fastapi import FastAPI
 
 from stortune.cli.main import main
-from stortune.schemas.topology import Device, DeviceKind, ScsiHost, Topology, TunableState
+from stortune.schemas.topology import (
+    Device,
+    DeviceKind,
+    RecordedOriginal,
+    ScsiHost,
+    Topology,
+    TunableState,
+)
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.auth import Role
 from tests.server.support import issue_token
@@ -25,14 +32,16 @@ from tests.server.support import issue_token
 API = "/api/v1"
 
 
-def raid_volume(read_ahead_kb: int = 128) -> Device:
-    """A MegaRAID volume as discovery reports it: what examples/vod-streamer.yaml selects."""
+def raid_volume(read_ahead_kb: int = 128, original: int | None = None) -> Device:
+    """A MegaRAID volume as discovery reports it: what examples/vod-streamer.yaml selects.
+    ``original``: stortune changed read_ahead_kb from it (its agent's journal says so)."""
     return Device(
         name="sda", kind=DeviceKind.DISK, id="wwn:naa.600605b0", size_bytes=4 << 40, rotational=True,
         scsi_host=ScsiHost(name="host0", driver="megaraid_sas"),
         tunables={
-            "read_ahead_kb": TunableState(supported=True, value=read_ahead_kb, raw=str(read_ahead_kb),
-                                          writable=True),
+            "read_ahead_kb": TunableState(
+                supported=True, value=read_ahead_kb, raw=str(read_ahead_kb), writable=True,
+                original=None if original is None else RecordedOriginal(value=original)),
             "scheduler": TunableState(supported=True, value="none", raw="[none] mq-deadline",
                                       writable=True, choices=["none", "mq-deadline"]),
             "nr_requests": TunableState(supported=True, value=256, raw="256", writable=True, minimum=4,

@@ -73,6 +73,85 @@ def test_diff_is_2_when_a_host_would_still_change(
     assert stortune("diff", "-f", str(path)).code == 0
 
 
+def test_diff_is_2_for_a_setting_removed_from_a_profile(
+    stortune: Run, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """The host's agent reports read_ahead_kb 4096, changed by stortune from 2560. The profile no
+    longer sets it: applying puts it back, so that is a pending change, shown and counted."""
+    control_plane.register("web-1", {"role": "streamer"},
+                           devices=[raid_volume(read_ahead_kb=4096, original=2560)])
+    path = tmp_path / "vod.yaml"
+    path.write_text(profile_yaml("vod"))
+    assert stortune("apply", "-f", str(path)).code == 0
+    assert stortune("diff", "-f", str(path)).code == 0
+
+    path.write_text(profile_yaml("vod").replace("{read_ahead_kb: 4096}", "{scheduler: none}"))
+    removed = stortune("diff", "-f", str(path))
+    assert removed.code == 2, removed.out + removed.err
+    row = next(line for line in removed.out.splitlines() if "read_ahead_kb" in line and "->" in line)
+    assert row.split()[:6] == ["sda", "read_ahead_kb", "4096", "->", "2560", "(original)"]
+    assert "1 profile difference(s), 1 pending host change(s)" in removed.out
+    preview = stortune("apply", "-f", str(path), "--dry-run")
+    assert preview.code == 0 and "4096 -> 2560 (original)" in preview.out
+
+    # Stored, but the host has not put it back yet: the gate is still red.
+    assert stortune("apply", "-f", str(path)).code == 0
+    pending = stortune("diff", "-f", str(path))
+    assert pending.code == 2, pending.out
+    assert "0 profile difference(s), 1 pending host change(s)" in pending.out
+    # Once the host reports it back at its original (the journal forgot it): in sync.
+    control_plane.register("web-1", {"role": "streamer"}, devices=[raid_volume(read_ahead_kb=2560)])
+    assert stortune("diff", "-f", str(path)).code == 0
+
+
+def test_diff_prune_is_2_for_the_settings_a_prune_puts_back(
+    stortune: Run, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    control_plane.register("web-1", {"role": "streamer"},
+                           devices=[raid_volume(read_ahead_kb=4096, original=2560)])
+    keep, gone = tmp_path / "keep.yaml", tmp_path / "gone.yaml"
+    keep.write_text(profile_yaml("keep").replace("{read_ahead_kb: 4096}", "{scheduler: none}"))
+    gone.write_text(profile_yaml("gone"))
+    assert stortune("apply", "-f", str(keep), "-f", str(gone)).code == 0
+    assert stortune("diff", "-f", str(keep), "-f", str(gone), "--prune").code == 0
+
+    pruned = stortune("diff", "-f", str(keep), "--prune")
+    assert pruned.code == 2
+    assert "4096 -> 2560 (original)" in pruned.out
+    assert "1 profile difference(s), 1 pending host change(s)" in pruned.out
+    preview = stortune("apply", "-f", str(keep), "--prune", "--dry-run")
+    assert preview.code == 0 and "4096 -> 2560 (original)" in preview.out
+    assert sorted(control_plane.profiles()) == ["gone", "keep"]
+
+    assert stortune("apply", "-f", str(keep), "--prune").code == 0
+    assert sorted(control_plane.profiles()) == ["keep"]
+    pending = stortune("diff", "-f", str(keep), "--prune")
+    assert pending.code == 2, pending.out  # the host has yet to put it back
+    assert "0 profile difference(s), 1 pending host change(s)" in pending.out
+
+
+def test_a_setting_moved_from_one_file_to_another_is_the_new_value_not_a_restoration(
+    stortune: Run, control_plane: ControlPlane, tmp_path: Path
+) -> None:
+    """One file removes read_ahead_kb from the stronger profile (aaa sorts first at equal
+    priority), another adds it to the weaker one: the host goes to the weaker one's value."""
+    control_plane.register("web-1", {"role": "streamer"},
+                           devices=[raid_volume(read_ahead_kb=4096, original=2560)])
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    a.write_text(profile_yaml("aaa"))
+    b.write_text(profile_yaml("bbb").replace("{read_ahead_kb: 4096}", "{scheduler: none}"))
+    assert stortune("apply", "-f", str(a), "-f", str(b)).code == 0
+
+    a.write_text(profile_yaml("aaa").replace("{read_ahead_kb: 4096}", "{scheduler: none}"))
+    b.write_text(profile_yaml("bbb", read_ahead_kb=1024))
+    moved = stortune("diff", "-f", str(a), "-f", str(b))
+    assert moved.code == 2
+    row = next(line for line in moved.out.splitlines() if "read_ahead_kb" in line and "->" in line)
+    assert row.split() == ["sda", "read_ahead_kb", "4096", "->", "1024", "bbb/raid-volumes"]
+    assert "(original)" not in moved.out
+    assert "2 profile difference(s), 1 pending host change(s)" in moved.out
+
+
 def test_audit_mode_changes_are_shown_but_do_not_fail_the_gate(
     stortune: Run, control_plane: ControlPlane, tmp_path: Path
 ) -> None:

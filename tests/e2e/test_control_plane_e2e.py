@@ -258,6 +258,14 @@ def test_fleet_life(fleet: Fleet, loop_devices: Callable[[int], list[str]], tmp_
                lambda: fleet.converged("fileserver", "md-raid5-fileserver"))
     assert before <= {e["message"] for e in fleet.events("loophost")}
 
+    # -- a prune would put settings back: diff shows it before anything is deleted -------------
+    # The originals come from loophost's journal, through GetObserved, into the stored topology.
+    (profiles / "loop.yaml").unlink()
+    pruning = fleet.cli("diff", "-f", str(profiles), "--prune")
+    assert pruning.returncode == 2, pruning.stdout + pruning.stderr
+    if original_ra != "4096":
+        assert f"4096 -> {original_ra} (original)" in pruning.stdout, pruning.stdout
+
     # -- delete the profiles: originals restored, then the profiles are gone ----------------
     with fleet.api() as c:
         for name in ("e2e-loop", "md-raid5-fileserver"):

@@ -84,6 +84,30 @@ def test_apply_with_no_profiles_restores_the_originals(agent: Agent, host: Host)
     assert (host.queue("read_ahead_kb"), host.queue("nr_requests")) == ("128", "128")
 
 
+def test_values_carry_their_recorded_originals_and_plans_show_restorations(agent: Agent, host: Host) -> None:
+    """What the control plane plans dry runs and drift with: after an apply, GetObserved and
+    GetTopology report each changed value's original, and Plan without that setting shows it
+    put back (the agent's journal is the only place that knows it)."""
+    async def scenario(clients: AgentClients) -> None:
+        client = clients.for_address(agent.address)
+        before = await client.get_observed()
+        assert before.observed["loop7"]["read_ahead_kb"].original is None
+        await client.apply([profile(read_ahead_kb=4096)], {}, "a")
+        answer = await client.get_observed()
+        state = answer.observed["loop7"]["read_ahead_kb"]
+        assert (state.value, state.original and state.original.value) == (4096, 128)
+        assert answer.digest != before.digest  # a new original is a change the reconciler must see
+        _, topology, _ = await client.get_topology()
+        loop = topology.device("loop7")
+        assert loop is not None and loop.tunables["read_ahead_kb"].original is not None
+        plan = await client.plan([profile(nr_requests=64)])
+        assert [(r.device, r.tunable, r.current, r.desired, r.to) for r in plan.restorations] == [
+            ("loop7", "read_ahead_kb", 4096, 128, "original")]
+        assert not plan.empty
+
+    call(scenario)
+
+
 def test_restore_puts_back_all_or_only_the_given_keys(agent: Agent, host: Host) -> None:
     async def scenario(clients: AgentClients) -> None:
         client = clients.for_address(agent.address)

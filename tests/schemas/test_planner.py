@@ -5,8 +5,10 @@ from __future__ import annotations
 import yaml
 
 from stortune.schemas.documents import parse_profile
-from stortune.schemas.planner import plan
+from stortune.schemas.plan import Plan
+from stortune.schemas.planner import observed_of, plan, releases
 from stortune.schemas.profile import StorageProfile
+from stortune.schemas.topology import RecordedOriginal, Topology, TunableState
 from tests.schemas.topologies import streamer_with_md
 
 
@@ -117,3 +119,97 @@ def test_observed_values_override_discovery() -> None:
     observed["sda"]["read_ahead_kb"] = observed["sda"]["read_ahead_kb"].model_copy(
         update={"value": 4096})
     assert plan([vod], topo, observed).empty
+
+
+# -- restorations: recorded originals no profile wants any more ------------------------
+
+
+def recorded(topo: Topology, device: str, tunable: str, now: int | str, **original: object) -> None:
+    """Mark a tunable as the agent reports one stortune changed: its journal's original on the state."""
+    dev = topo.device(device)
+    states = topo.host_tunables if dev is None else dev.tunables
+    states[tunable] = states[tunable].model_copy(update={
+        "value": now, "raw": str(now), "original": RecordedOriginal.model_validate(original)})
+
+
+def restorations(p: Plan) -> list[tuple[str, str, object, object, str]]:
+    return [(r.device, r.tunable, r.current, r.desired, r.to) for r in p.restorations]
+
+
+def test_a_removed_setting_is_a_restoration_and_the_plan_is_not_empty() -> None:
+    topo = streamer_with_md()
+    recorded(topo, "sda", "read_ahead_kb", 4096, value=128)
+    recorded(topo, "host", "dev.raid.speed_limit_min", 50000, value=1000)
+    recorded(topo, "md0", "stripe_cache_size", 256, value=256)  # already back: nothing to do
+    other = profile("other", 1, [rule("r", "{name: [sda]}", "{nr_requests: 64}")])
+    result = plan([other], topo)
+    assert result.changes == []
+    assert restorations(result) == [
+        ("sda", "read_ahead_kb", 4096, 128, "original"),
+        ("host", "dev.raid.speed_limit_min", 50000, 1000, "original"),
+    ]
+    assert result.restorations[0].device_id == "wwn:naa.6001"
+    assert not result.empty
+    # Restorations are made whatever the profiles' mode: no profile wants those values.
+    assert result.enforced().restorations == result.restorations
+    # What converge settles includes the one already in place (its record is forgotten).
+    assert [(r.device, r.tunable) for r in releases(result, topo)] == [
+        ("sda", "read_ahead_kb"), ("md0", "stripe_cache_size"), ("host", "dev.raid.speed_limit_min")]
+
+
+def test_a_wanted_or_rejected_setting_is_no_restoration() -> None:
+    topo = streamer_with_md()
+    recorded(topo, "sda", "read_ahead_kb", 4096, value=128)
+    recorded(topo, "sda", "max_sectors_kb", 512, value=256)
+    wanted = profile("p", 1, [rule("r", "{name: [sda]}", "{read_ahead_kb: 8192, max_sectors_kb: 4096}")])
+    result = plan([wanted], topo)
+    assert changes(result) == [("sda", "read_ahead_kb", 4096, 8192)]
+    # max_sectors_kb 4096 exceeds the device's limit: the apply is refused, nothing is put back.
+    assert [r.tunable for r in result.fatal] == ["max_sectors_kb"]
+    assert result.restorations == []
+
+
+def test_side_effect_originals_are_no_restoration_while_their_cause_is_wanted() -> None:
+    """Switching the scheduler reset nr_requests; the profile sets only the scheduler."""
+    topo = streamer_with_md()
+    recorded(topo, "sda", "scheduler", "bfq", value="mq-deadline")
+    recorded(topo, "sda", "nr_requests", 256, value=64, direct=False, cause="scheduler", cause_left=256)
+    only_scheduler = profile("p", 1, [rule("r", "{name: [sda]}", "{scheduler: bfq}")])
+    result = plan([only_scheduler], topo)
+    assert result.empty and result.restorations == []
+    assert releases(result, topo) == []
+    # The scheduler no longer wanted: both go back, the scheduler first (it resets the other).
+    result = plan([], topo)
+    assert restorations(result) == [
+        ("sda", "scheduler", "bfq", "mq-deadline", "original"),
+        ("sda", "nr_requests", 256, 64, "original"),
+    ]
+
+
+def test_a_setting_removed_while_its_cause_stays_goes_back_to_what_the_cause_left() -> None:
+    topo = streamer_with_md()
+    recorded(topo, "sda", "scheduler", "bfq", value="mq-deadline")
+    recorded(topo, "sda", "nr_requests", 512, value=64, direct=True, cause="scheduler", cause_left=256)
+    result = plan([profile("p", 1, [rule("r", "{name: [sda]}", "{scheduler: bfq}")])], topo)
+    (back,) = result.restorations
+    assert (back.tunable, back.current, back.desired, back.to, back.cause) == (
+        "nr_requests", 512, 256, "cause", "scheduler")
+    # A cause that stortune never changed (no original recorded) holds nothing.
+    topo = streamer_with_md()
+    recorded(topo, "sda", "nr_requests", 512, value=64, direct=True, cause="scheduler", cause_left=256)
+    result = plan([profile("p", 1, [rule("r", "{name: [sda]}", "{scheduler: mq-deadline}")])], topo)
+    assert restorations(result) == [("sda", "nr_requests", 512, 64, "original")]
+
+
+def test_hostile_recorded_originals_are_ignored_not_fatal() -> None:
+    """A state naming a tunable this version does not know (a newer agent), or a device the
+    topology does not have, plans like any other: the rest is still planned."""
+    topo = streamer_with_md()
+    recorded(topo, "sda", "read_ahead_kb", 4096, value=128)
+    observed = observed_of(topo)
+    observed["sda"]["future_knob"] = TunableState(
+        supported=True, value=1, original=RecordedOriginal(value=0))
+    observed["sdz"] = {"read_ahead_kb": TunableState(supported=True, value=1,
+                                                     original=RecordedOriginal(value=2))}
+    result = plan([], topo, observed)
+    assert restorations(result) == [("sda", "read_ahead_kb", 4096, 128, "original")]

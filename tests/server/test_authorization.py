@@ -108,6 +108,9 @@ TABLE: dict[tuple[str, str], Case] = {
     ("PUT", "/profiles/{name}"): Case(WRITERS, lambda w, t: (
         f"/profiles/{w.profile(f'put-{t}')}", {"json": profile_doc(f"put-{t}", priority=5)})),
     ("DELETE", "/profiles/{name}"): Case(WRITERS, lambda w, t: (f"/profiles/{w.profile(f'del-{t}')}", {})),
+    # A dry run plans every host: writers only, as for ?dryRun=All (it needs the right to write).
+    ("POST", "/plans"): Case(WRITERS, lambda w, t: ("/plans", {"json": {
+        "profiles": [profile_doc(f"plan-{t}")], "delete": [w.profile(f"plan-del-{t}")]}})),
     ("GET", "/hosts"): Case(HOST_READERS, fixed("/hosts")),
     ("GET", "/hosts/{name}"): Case(HOST_READERS, fixed("/hosts/h1")),
     ("GET", "/hosts/{name}/status"): Case(HOST_READERS, fixed("/hosts/h1/status")),

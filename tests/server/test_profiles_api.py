@@ -7,9 +7,11 @@ from typing import Any
 
 import pytest
 
+from stortune.schemas.topology import RecordedOriginal
 from stortune.server import RecordingController
+from stortune.server.db.tables import Host
 from tests.server.builders import API, loop_topology, profile_doc, registration, with_changes
-from tests.server.support import TestClient
+from tests.server.support import TestClient, bearer, issue_token
 
 PROFILES = f"{API}/profiles"
 
@@ -292,7 +294,8 @@ def test_dry_run_stores_nothing_and_plans_each_matched_host(
     assert body["object"]["metadata"]["name"] == "streaming"
     assert "resourceVersion" not in body["object"]["metadata"]
     assert set(body["plans"]) == {"h1", "h2"}
-    assert body["plans"]["h2"] == {"topologyReported": False, "changes": [], "rejections": []}
+    assert body["plans"]["h2"] == {"topologyReported": False, "changes": [], "restorations": [],
+                                   "rejections": []}
     h1 = body["plans"]["h1"]
     assert h1["topologyReported"] is True
     assert [(c["device"], c["tunable"], c["current"], c["desired"]) for c in h1["changes"]] == [
@@ -353,3 +356,124 @@ def test_writes_enqueue_old_and_new_selected_hosts(
     relabel["metadata"]["labels"] = {"x": "y"}
     client.put(f"{PROFILES}/streaming", json=relabel)
     assert controller.hosts() == set()  # metadata only: nothing for hosts to do
+
+
+# -- restorations in dry runs: what a host would put back -------------------------------------
+def restored(topology_ra: int = 4096, original: int = 2560) -> dict[str, Any]:
+    """h1's registration: read_ahead_kb at ``topology_ra``, changed by stortune from ``original``
+    (as its agent reports it from its journal)."""
+    topology = loop_topology("h1", read_ahead_kb=topology_ra)
+    state = topology.devices[0].tunables["read_ahead_kb"]
+    state.original = RecordedOriginal(value=original)
+    return registration("h1", topology=topology)
+
+
+def host_rows(body: dict[str, Any], host: str = "h1") -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    plan = body["plans"][host]
+    return ([(c["device"], c["tunable"], c["current"], c["desired"]) for c in plan["changes"]],
+            [(r["device"], r["tunable"], r["current"], r["desired"], r["to"]) for r in plan["restorations"]])
+
+
+def test_dry_run_of_a_removed_setting_shows_it_put_back(client: TestClient) -> None:
+    client.post(f"{API}/agents/register", json=restored())
+    stored = create(client, profile_doc(settings={"read_ahead_kb": 4096}))
+    changed = copy.deepcopy(stored)
+    changed["spec"]["rules"][0]["settings"] = {"scheduler": "none"}
+    response = client.put(f"{PROFILES}/streaming?dryRun=All", json=changed)
+    assert response.status_code == 200, response.text
+    assert host_rows(response.json()) == ([], [("loop0", "read_ahead_kb", 4096, 2560, "original")])
+
+
+def test_dry_run_of_a_delete_shows_the_settings_put_back_and_deletes_nothing(
+    client: TestClient, controller: RecordingController,
+) -> None:
+    client.post(f"{API}/agents/register", json=restored())
+    stored = create(client, profile_doc())
+    controller.clear()
+    response = client.delete(f"{PROFILES}/streaming?dryRun=All")
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["dryRun"] is True and body["object"]["metadata"]["deletionTimestamp"]
+    assert host_rows(body) == ([], [("loop0", "read_ahead_kb", 4096, 2560, "original")])
+    assert client.get(f"{PROFILES}/streaming").json() == stored
+    assert not controller.requests
+    assert client.delete(f"{PROFILES}/nope?dryRun=All").status_code == 404
+
+
+def test_dry_run_of_a_replace_plans_the_hosts_it_stops_selecting(client: TestClient) -> None:
+    client.post(f"{API}/agents/register", json=restored())
+    stored = create(client, profile_doc())
+    moved = with_changes(stored, hostSelector={"matchLabels": {"role": "database"}})
+    body = client.put(f"{PROFILES}/streaming?dryRun=All", json=moved).json()
+    assert host_rows(body) == ([], [("loop0", "read_ahead_kb", 4096, 2560, "original")])
+
+
+def test_plans_of_a_set_see_each_others_new_versions(client: TestClient) -> None:
+    """One file removes read_ahead_kb from a (stronger) profile, another adds it to a weaker one:
+    no restoration, but the weaker one's value. Per-document dry runs each see the other's stored
+    version and get it wrong both ways."""
+    client.post(f"{API}/agents/register", json=restored())
+    strong = create(client, profile_doc("strong", priority=10, settings={"read_ahead_kb": 4096}))
+    weak = create(client, profile_doc("weak", settings={"scheduler": "none"}))
+    strong_new = copy.deepcopy(strong)
+    strong_new["spec"]["rules"][0]["settings"] = {"scheduler": "none"}
+    weak_new = copy.deepcopy(weak)
+    weak_new["spec"]["rules"][0]["settings"] = {"read_ahead_kb": 1024}
+
+    response = client.post(f"{API}/plans", json={"profiles": [strong_new, weak_new]})
+    assert response.status_code == 200, response.text
+    (change,), restorations = host_rows(response.json())
+    assert change == ("loop0", "read_ahead_kb", 4096, 1024) and restorations == []
+    assert response.json()["plans"]["h1"]["changes"][0]["source"]["profile"] == "weak"
+    # Deleting the stronger one instead: the same.
+    response = client.post(f"{API}/plans", json={"profiles": [weak_new], "delete": ["strong"]})
+    assert host_rows(response.json()) == ([("loop0", "read_ahead_kb", 4096, 1024)], [])
+    # Deleting both: it goes back to its original.
+    response = client.post(f"{API}/plans", json={"delete": ["strong", "weak"]})
+    assert host_rows(response.json()) == ([], [("loop0", "read_ahead_kb", 4096, 2560, "original")])
+    assert client.get(f"{PROFILES}/strong").json() == strong  # nothing stored
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    ({"profiles": [profile_doc("a"), profile_doc("b", settings={"read_ahead_kb": -4})]},
+     ("profiles[1].spec.rules[0].settings.read_ahead_kb", "must be >= 0")),
+    ({"profiles": [profile_doc("a"), profile_doc("a")]},
+     ("profiles[0].metadata.name", "'a' is given more than once")),
+    ({"delete": ["nope"]}, ("delete[0]", 'StorageProfile "nope" does not exist')),
+    ({"profiles": [profile_doc("a")], "delete": ["a"]}, ("delete[0]", "'a' is also in profiles")),
+    ({"delete": ["../x"]}, ("delete[0]", "String should match pattern")),
+    ({"delete": ["a\u0000b"]}, ("", "")),
+    ({"profiles": [{"kind": "StorageProfile"}]}, ("profiles[0]", "")),
+    ({"profiles": ["not a document"]}, ("profiles[0]", "")),
+    ({"profile": []}, ("profile", "unknown field")),
+    ({"kind": "StorageProfile"}, ("kind", "")),
+])
+def test_hostile_plan_requests_are_422_naming_the_field(
+    client: TestClient, body: dict[str, Any], expected: tuple[str, str],
+) -> None:
+    response = client.post(f"{API}/plans", json=body)
+    assert response.status_code == 422, response.text
+    field, words = expected
+    found = causes(response)
+    assert any(f.startswith(field) and words in m for f, m in found), found
+
+
+def test_plans_of_a_profile_being_deleted_are_refused_and_need_the_right_to_write(
+    app: Any, client: TestClient,
+) -> None:
+    client.post(f"{API}/agents/register", json=restored())
+    create(client, profile_doc())
+    with app.state.sessions() as session:  # as the reconciler records it once h1 applied it
+        session.get(Host, "h1").applied_generations = {"streaming": 1}
+        session.commit()
+    assert client.delete(f"{PROFILES}/streaming").status_code == 202  # waits for h1
+    # Its deletion dry run still shows what h1, holding it, puts back.
+    body = client.delete(f"{PROFILES}/streaming?dryRun=All").json()
+    assert host_rows(body) == ([], [("loop0", "read_ahead_kb", 4096, 2560, "original")])
+    refused = client.post(f"{API}/plans", json={"profiles": [profile_doc()]})
+    assert refused.status_code == 422
+    assert causes(refused) == [("profiles[0].metadata.name",
+                                'StorageProfile "streaming" is being deleted; it cannot be changed')]
+    viewer = TestClient(app, headers=bearer(issue_token(app, "viewer")))
+    assert viewer.post(f"{API}/plans", json={"delete": ["streaming"]}).status_code == 403
+    assert viewer.delete(f"{PROFILES}/streaming?dryRun=All").status_code == 403

@@ -319,6 +319,28 @@ def test_rejected_settings_are_terminal_until_the_spec_changes(
     assert value(agent, "scheduler") == "mq-deadline" and calls(agent, "apply") == 1
 
 
+def test_a_value_no_profile_wants_is_put_back_without_a_profile_change(
+    client: TestClient, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    """The agent reports read_ahead_kb changed by stortune (its journal's original on the value)
+    though no stored profile wants it, e.g. after `stortune-agent apply` by hand: nothing about
+    the profiles changed, yet the reconciler applies, and the agent puts it back."""
+    setup_streaming(client, eventually, settings={"scheduler": "none"})
+    applies = calls(agent, "apply")
+    set_value(agent, 4096)
+    agent.remember("loop0", "name:loop0", "read_ahead_kb", 128)
+    eventually(lambda: value(agent) == 128, what="read_ahead_kb put back")
+    assert calls(agent, "apply") == applies + 1
+
+    def stored() -> dict[str, Any]:
+        state: dict[str, Any] = client.get(f"{API}/hosts/h1/topology").json()["devices"][0]["tunables"][
+            "read_ahead_kb"]
+        return state
+
+    eventually(lambda: stored()["value"] == 128, what="the stored topology after the restore")
+    assert "original" not in stored()
+
+
 def test_busy_agent_is_retried(client: TestClient, agent: FakeAgentClient, eventually: Eventually) -> None:
     from stortune.server.agentclient import AgentBusy
 

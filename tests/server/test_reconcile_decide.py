@@ -8,7 +8,7 @@ from stortune.schemas.documents import parse_profile
 from stortune.schemas.plan import Plan
 from stortune.schemas.planner import observed_of, plan
 from stortune.schemas.profile import StorageProfile
-from stortune.schemas.topology import Topology
+from stortune.schemas.topology import RecordedOriginal, Topology
 from stortune.server.agentclient import (
     AgentBusy,
     AgentRejected,
@@ -65,6 +65,16 @@ def test_a_new_profile_is_applied_and_is_not_drift() -> None:
     assert d.apply and d.generations == {"streaming": 1}
     assert d.why == ("profiles changed: streaming added", "1 enforced setting(s) differ")
     assert not d.new_drift and not d.drifted
+
+
+def test_a_value_to_put_back_is_a_reason_to_apply() -> None:
+    """No profile or generation changed and every wanted value is in sync, but the agent reports
+    a value stortune changed that no profile wants any more: only an apply puts it back."""
+    p = profile(scheduler="none")
+    t = topology(4096)
+    t.devices[0].tunables["read_ahead_kb"].original = RecordedOriginal(value=128)
+    d = decide(view((p,), {"streaming": 1}), plan([p], t), "boot-1")
+    assert d.apply and d.why == ("1 setting(s) to restore",)
 
 
 def test_in_sync_means_nothing_to_do() -> None:

@@ -64,9 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     _files(p)
     p.add_argument("--all", action="store_true", help="also devices no rule matched")
 
-    p = sub.add_parser("plan", help="dry run: the ordered changes (exit 2 when any)")
+    p = sub.add_parser("plan", help="dry run: the ordered changes and restorations (exit 2 when any)")
     _roots(p)
     _files(p)
+    _state(p)
     _output(p, ("json", "yaml", "table"), "table")
 
     p = sub.add_parser("apply", help="apply transactionally: journal, write, verify, roll back")
@@ -197,14 +198,15 @@ def _explain(args: argparse.Namespace) -> int:
 
 def _plan(args: argparse.Namespace) -> int:
     profiles = local.read_profiles(args.file)
-    plan = local.plan(_fs(args), profiles).plan
+    # The state directory's originals say what apply would put back (settings no longer given).
+    plan = local.plan(_fs(args), profiles, Path(args.state_dir)).plan
     if args.output == "table":
         render.plan_table(plan)
     else:
         render.dump(plan.model_dump(mode="json", exclude={"explanations"}), args.output)
     if plan.fatal:
         return EXIT_ERROR
-    return EXIT_PENDING if plan.changes else EXIT_OK
+    return EXIT_OK if plan.empty else EXIT_PENDING
 
 
 def _report(report: local.Report, fmt: str) -> int:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -251,7 +251,11 @@ def _boot_id(fs: KernelFS) -> str | None:
     return raw.strip() if raw else None
 
 
-def _record_original(state_dir: Path, tx: Transaction, target: _Target, state: TunableState) -> None:
+def _record_original(
+    state_dir: Path, tx: Transaction, target: _Target, state: TunableState, cause: str | None = None
+) -> None:
+    """Save the value from before stortune's first write; ``cause``: saved because writing
+    that tunable may reset this one (a side effect, not a setting of its own)."""
     assert state.raw is not None and state.value is not None
     journal.record_original(
         state_dir,
@@ -263,6 +267,8 @@ def _record_original(state_dir: Path, tx: Transaction, target: _Target, state: T
             value=state.value,
             recorded_at=time.time(),
             txid=tx.txid,
+            direct=cause is None,
+            cause=cause,
         ),
     )
 
@@ -397,6 +403,8 @@ class _ApplyRun:
     identity: _Identity
     report: ApplyReport
     intents: list[Intent] = field(default_factory=list)
+    #: (side effect's key, the tunable whose write reset it, the value that write left)
+    causes: list[tuple[tuple[str, str], str, Value]] = field(default_factory=list)
 
     def run(self, changes: list[Change], targets: list[_Target]) -> None:
         tx = journal.begin(self.state_dir, f"apply {len(targets)} change(s)", boot_id=_boot_id(self.fs))
@@ -420,6 +428,8 @@ class _ApplyRun:
                 failure = self._verify_all(changes, targets, results)
             if failure is None:
                 tx.end("commit")
+                # After the commit record: what a rolled-back write left is no value to go back to.
+                journal.note_causes(self.state_dir, self.causes)
             else:
                 self._roll_back(results, failure)
                 tx.end(
@@ -447,13 +457,16 @@ class _ApplyRun:
         if state.value == desired:
             res.status = "unchanged"
             return True
-        # What this write resets as a kernel side effect is saved first, like the target.
+        # What this write may reset as a kernel side effect is saved first, like the
+        # target: restoring the target then restores them too, and a crash now is undone.
+        sides: list[_Target] = []
         for name in target.tunable.resets:
             side = _Target(catalog.get(name), target.device, target.device_id)
             side_state = _state(self.fs, side)
             if side_state.supported and side_state.value is not None and side_state.raw:
-                _record_original(self.state_dir, tx, side, side_state)
+                _record_original(self.state_dir, tx, side, side_state, cause=target.tunable.name)
                 self.intents.append(_journal_intent(tx, side, side_state, None, target.tunable.name))
+                sides.append(side)
         _record_original(self.state_dir, tx, target, state)
         intent = _journal_intent(tx, target, state, desired, None)
         self.intents.append(intent)
@@ -462,6 +475,9 @@ class _ApplyRun:
             res.status, res.message = "failed", why
             return False
         tx.done(intent, res.after)
+        for side in sides:
+            if (left := _observe(self.fs, side)) is not None:
+                self.causes.append((side.key, target.tunable.name, left))
         res.status = "applied"
         return True
 
@@ -520,6 +536,7 @@ def restore(
     state_dir: str | Path,
     only: Collection[tuple[str, str]] | None = None,
     *,
+    to_cause: Collection[tuple[str, str]] = (),
     identify: Identify | None = None,
     lock_timeout: float = 0.0,
 ) -> RestoreReport:
@@ -529,22 +546,32 @@ def restore(
     kept, the others are still restored. An original is dropped from the store
     only once it reads back correctly.
     Restoring a tunable also restores what writing it resets (scheduler ->
-    nr_requests). Originals of devices that are gone stay stored and are reported.
+    nr_requests), unless another tunable that resets it still holds a recorded
+    original and stays. Originals of devices that are gone stay stored and are reported.
+
+    ``to_cause``: settings removed while the write that resets them stays; each
+    goes back to what that write left (``Original.cause_left``), and its
+    original is kept, as a side effect only, for when that write is undone.
     """
     sdir = Path(state_dir)
     with journal.lock(sdir, timeout=lock_timeout):
         identity = _Identity(fs, identify)
         recovery = _recover_locked(fs, sdir, identity)
         report = RestoreReport(ok=True, recovery=recovery if recovery.transactions else None)
-        wanted = None if only is None else _with_resets(only)
-        chosen = [o for k, o in journal.load_originals(sdir).items() if wanted is None or k in wanted]
-        if not chosen:
+        records = journal.load_originals(sdir)
+        wanted = None if only is None else _with_resets(only, records)
+        chosen = [o for k, o in records.items() if wanted is None or k in wanted]
+        back = [] if wanted is None else [
+            o for k, o in records.items() if k in to_cause and k not in wanted
+        ]
+        if not chosen and not back:
             report.messages.append("no recorded originals to restore")
             return report
         items: list[_PutBack] = []
-        for o in chosen:
+        for o, value in [*((o, o.value) for o in chosen),
+                         *((o, o.value if o.cause_left is None else o.cause_left) for o in back)]:
             try:
-                items.append(_PutBack(_Target(catalog.get(o.tunable), o.device, o.device_id), o.value))
+                items.append(_PutBack(_Target(catalog.get(o.tunable), o.device, o.device_id), value))
             except KeyError as exc:
                 report.results.append(
                     ChangeResult(
@@ -568,9 +595,9 @@ def restore(
             raise
         # After the commit record: a crash here keeps originals that already
         # read back correctly, and the next restore simply finds them in place.
-        journal.drop_originals(
-            sdir, [(r.device_id, r.tunable) for r in report.results if r.status == "restored"]
-        )
+        done = {(r.device_id, r.tunable) for r in report.results if r.status == "restored"}
+        kept = {o.key for o in back}
+        journal.settle_originals(sdir, drop=done - kept, indirect=done & kept)
         tx.close()
         for r in report.results:
             if r.status == "vanished":
@@ -585,10 +612,20 @@ def restore(
         return report
 
 
-def _with_resets(keys: Collection[tuple[str, str]]) -> set[tuple[str, str]]:
+def _with_resets(
+    keys: Collection[tuple[str, str]], records: Mapping[tuple[str, str], Original]
+) -> set[tuple[str, str]]:
+    """``keys`` and the side effects restoring them resets, except those another
+    tunable that resets them still holds (its original recorded, not restored now)."""
     out = set(keys)
     for device_id, tunable in keys:
-        out.update((device_id, side) for side in catalog.get(tunable).resets)
+        if tunable not in catalog.CATALOG:
+            continue  # reported as unknown when restored
+        for side in catalog.get(tunable).resets:
+            held = any((device_id, other) in records and (device_id, other) not in keys
+                       for other in catalog.reset_by(side) if other != tunable)
+            if not held:
+                out.add((device_id, side))
     return out
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 if TYPE_CHECKING:
     from stortune.agent.executor import RecoveryReport
@@ -77,8 +77,24 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _default_true(value: object) -> bool:
+    return value is True
+
+
+def _absent(value: object) -> bool:
+    return value is None
+
+
 class Original(_Model):
-    """The value a tunable had before stortune first changed it."""
+    """The value a tunable had before stortune first changed it.
+
+    Also recorded for what a write resets as a kernel side effect (switching the
+    scheduler resets nr_requests): ``direct`` is then false until stortune sets
+    the tunable itself, and ``cause``/``cause_left`` say which write last reset
+    it and what it left, which is where a removed setting goes back to while
+    that write is still wanted. Fields at their defaults are not written, so a
+    store of plain originals reads as it always did.
+    """
 
     device_id: str
     device: str
@@ -87,6 +103,9 @@ class Original(_Model):
     value: Value
     recorded_at: float
     txid: str | None = None
+    direct: bool = Field(default=True, exclude_if=_default_true)
+    cause: str | None = Field(default=None, exclude_if=_absent)
+    cause_left: Value | None = Field(default=None, exclude_if=_absent)
 
     @property
     def key(self) -> OriginalKey:
@@ -153,6 +172,9 @@ def _read_json(path: Path, what: str) -> Any:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise StateError(f"{path}: cannot read {what}: {exc.strerror or exc}"
+                         " (run as root, or give the agent's --state-dir)") from None
     try:
         return json.loads(text)
     except ValueError as exc:
@@ -275,13 +297,19 @@ def record_original(state_dir: str | Path, original: Original) -> bool:
 
     An existing original is never replaced: by then the tunable holds a value
     stortune wrote, which is not what restore should put back. Only the kernel
-    name is refreshed, so a renamed device is restored under its current name.
+    name is refreshed, so a renamed device is restored under its current name,
+    and a direct write marks an original first saved as a side effect as direct.
     """
     originals = load_originals(state_dir)
     existing = originals.get(original.key)
     if existing is not None:
+        update: dict[str, Any] = {}
         if existing.device != original.device:
-            originals[original.key] = existing.model_copy(update={"device": original.device})
+            update["device"] = original.device
+        if original.direct and not existing.direct:
+            update["direct"] = True
+        if update:
+            originals[original.key] = existing.model_copy(update=update)
             _save_originals(state_dir, originals.values())
         return False
     originals[original.key] = original
@@ -289,12 +317,39 @@ def record_original(state_dir: str | Path, original: Original) -> bool:
     return True
 
 
-def drop_originals(state_dir: str | Path, keys: Iterable[OriginalKey]) -> None:
-    drop = set(keys)
+def note_causes(state_dir: str | Path, notes: Iterable[tuple[OriginalKey, str, Value]]) -> None:
+    """For each (key, cause, value): the write of ``cause`` left ``value`` in that tunable."""
     originals = load_originals(state_dir)
-    remaining = {k: o for k, o in originals.items() if k not in drop}
-    if len(remaining) != len(originals):
+    changed = False
+    for key, cause, left in notes:
+        existing = originals.get(key)
+        if existing is not None and (existing.cause, existing.cause_left) != (cause, left):
+            originals[key] = existing.model_copy(update={"cause": cause, "cause_left": left})
+            changed = True
+    if changed:
+        _save_originals(state_dir, originals.values())
+
+
+def settle_originals(
+    state_dir: str | Path, drop: Iterable[OriginalKey], indirect: Iterable[OriginalKey] = ()
+) -> None:
+    """Forget the originals ``drop`` (put back); mark ``indirect`` as side effects only again
+    (their own setting was removed; the write that resets them is still wanted)."""
+    gone, side = set(drop), set(indirect)
+    originals = load_originals(state_dir)
+    remaining = {k: o for k, o in originals.items() if k not in gone}
+    changed = len(remaining) != len(originals)
+    for key in side:
+        existing = remaining.get(key)
+        if existing is not None and existing.direct:
+            remaining[key] = existing.model_copy(update={"direct": False})
+            changed = True
+    if changed:
         _save_originals(state_dir, remaining.values())
+
+
+def drop_originals(state_dir: str | Path, keys: Iterable[OriginalKey]) -> None:
+    settle_originals(state_dir, keys)
 
 
 # -- desired state ----------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The agent's operations on this host, shared by the CLI, the daemon and the RPC service.
 
 Each operation re-reads the kernel (discovery) and re-plans with the shared
-pure planner; nothing is cached between calls.
+pure planner; nothing is cached between calls. Values are reported with what
+the journal recorded for them (``TunableState.original``), so every planner,
+here and on the control plane, sees which settings a converge would put back.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from stortune.schemas import planner
 from stortune.schemas.documents import DocumentError, parse_profile
 from stortune.schemas.plan import Plan
 from stortune.schemas.profile import StorageProfile
-from stortune.schemas.topology import Topology, TunableState
+from stortune.schemas.topology import RecordedOriginal, Topology, TunableState
 
 
 class AgentError(RuntimeError):
@@ -46,24 +48,54 @@ class Report(BaseModel):
 class Planned:
     topology: Topology
     plan: Plan
+    #: Recorded originals discovery found no value for (the device is gone, or the tunable is
+    #: unknown to this version): (device_id, tunable); a converge reports them.
+    unplaced: tuple[journal.OriginalKey, ...] = ()
 
 
 def read_profiles(paths: Sequence[str]) -> list[StorageProfile]:
     return sources.read_profiles(paths)
 
 
-def discover(fs: KernelFS) -> Topology:
-    return discovery.discover(fs)
+def _attach(topo: Topology, originals: Mapping[journal.OriginalKey, journal.Original]
+            ) -> tuple[journal.OriginalKey, ...]:
+    """Put each recorded original on the tunable state it belongs to; the keys that have none."""
+    if not originals:
+        return ()
+    states = {d.id: d.tunables for d in topo.devices}
+    states[planner.host_device(topo).id] = topo.host_tunables
+    unplaced: list[journal.OriginalKey] = []
+    for key, o in originals.items():
+        state = states.get(o.device_id, {}).get(o.tunable)
+        if state is None:
+            unplaced.append(key)
+            continue
+        state.original = RecordedOriginal(value=o.value, direct=o.direct, cause=o.cause,
+                                          cause_left=o.cause_left)
+    return tuple(sorted(unplaced))
 
 
-def plan(fs: KernelFS, profiles: Sequence[StorageProfile]) -> Planned:
-    topo = discover(fs)
-    return Planned(topo, planner.plan(profiles, topo))
+def _discover(fs: KernelFS, state_dir: Path | None) -> tuple[Topology, tuple[journal.OriginalKey, ...]]:
+    topo = discovery.discover(fs)
+    # One read of the originals per discovery, whatever the number of devices.
+    unplaced = _attach(topo, journal.load_originals(state_dir)) if state_dir is not None else ()
+    return topo, unplaced
 
 
-def observed(fs: KernelFS) -> tuple[dict[str, dict[str, TunableState]], str]:
+def discover(fs: KernelFS, state_dir: Path | None = None) -> Topology:
+    """The topology; with ``state_dir``, each value changed by stortune carries its recorded original."""
+    return _discover(fs, state_dir)[0]
+
+
+def plan(fs: KernelFS, profiles: Sequence[StorageProfile], state_dir: Path | None = None) -> Planned:
+    """Discover and plan; without ``state_dir`` no original is known, so nothing is to be put back."""
+    topo, unplaced = _discover(fs, state_dir)
+    return Planned(topo, planner.plan(profiles, topo), unplaced)
+
+
+def observed(fs: KernelFS, state_dir: Path | None = None) -> tuple[dict[str, dict[str, TunableState]], str]:
     """Current tunable values per device (and "host"), plus the structure hash."""
-    topo = discover(fs)
+    topo = discover(fs, state_dir)
     return planner.observed_of(topo), topo.structure_hash()
 
 
@@ -101,6 +133,11 @@ def _rows(results: Sequence[executor.ChangeResult]) -> list[ReportRow]:
     ]
 
 
+def _written(r: executor.ChangeResult) -> bool:
+    """Not a restore that found the value already in place (only its record was settled)."""
+    return not (r.status == "restored" and r.before is not None and r.before == r.after)
+
+
 def converge(
     fs: KernelFS,
     profiles: Sequence[StorageProfile],
@@ -110,12 +147,14 @@ def converge(
     """Make the host match exactly ``profiles`` (the agent's whole desired state).
 
     What they want is applied; what stortune changed earlier and no profile
-    wants any more is put back to its recorded original. Any fatal rejection
-    refuses everything. Orphans are restored first and the host is re-read
-    before applying, because restoring a scheduler resets nr_requests.
+    wants any more is put back as the planner's restorations say (to its
+    recorded original, or to what a write still wanted left). Any fatal
+    rejection refuses everything. Restorations come first and the host is
+    re-read before applying, because restoring a scheduler resets nr_requests.
+    Originals of devices that are gone are reported and kept.
     """
     recover(fs, state_dir)
-    planned = plan(fs, profiles)
+    planned = plan(fs, profiles, state_dir)
     fatal = planned.plan.fatal
     if fatal:
         return Report(
@@ -126,18 +165,22 @@ def converge(
             messages=[f"{r.source.profile}/{r.source.rule}: {r.device} {r.tunable}={r.value!r}:"
                       f" {r.reason}" for r in fatal],
         )
-    wanted = {(d.device_id, d.tunable) for d in planned.plan.desired}
-    orphans = {k for k in journal.load_originals(state_dir) if k not in wanted}
+    # Releases include originals already back in place: their records are settled too.
+    releases = planner.releases(planned.plan, planned.topology)
+    originals = {(r.device_id, r.tunable) for r in releases if r.to == "original"}
+    originals.update(planned.unplaced)
+    to_cause = {(r.device_id, r.tunable) for r in releases if r.to == "cause"}
     rows: list[ReportRow] = []
     messages: list[str] = []
-    if orphans:
-        restored = executor.restore(fs, state_dir, only=orphans, identify=_identify(fs))
-        rows += _rows(restored.results)
+    if originals or to_cause:
+        restored = executor.restore(fs, state_dir, only=originals, to_cause=to_cause,
+                                    identify=_identify(fs))
+        rows += _rows([r for r in restored.results if _written(r)])
         messages += restored.messages
         if not restored.ok:
             return Report(title="apply failed: could not restore settings no longer wanted",
                           ok=False, rows=rows, messages=messages)
-        planned = plan(fs, profiles)
+        planned = plan(fs, profiles, state_dir)
     result = executor.apply(fs, planned.plan.enforced(), state_dir, identify=_identify(fs))
     rows += _rows(result.results)
     messages += result.messages

@@ -86,6 +86,12 @@ def topology_table(topo: Topology, out: TextIO = sys.stdout) -> None:
 
 
 def plan_table(plan: Plan, out: TextIO = sys.stdout) -> None:
+    if plan.restorations:
+        back = [[r.device, r.tunable, r.current, r.desired,
+                 "original" if r.to == "original" else f"as {r.cause} left it"]
+                for r in plan.restorations]
+        table(f"{len(back)} restoration(s): no profile sets these any more",
+              ["device", "tunable", "current", "restored", "to"], back, out)
     rows = [[c.device, c.tunable, c.current, c.desired, f"{c.source.profile}/{c.source.rule}",
              c.source.mode] for c in plan.changes]
     table(f"{len(rows)} change(s)", ["device", "tunable", "current", "desired", "from", "mode"],

@@ -260,19 +260,19 @@ class AgentService(wire.AgentServiceServicer):
     @_status_errors
     def GetTopology(self, request: wire.GetTopologyRequest,
                     context: grpc.ServicerContext) -> wire.GetTopologyResponse:
-        topology = local.discover(self.fs)
+        topology = local.discover(self.fs, self.state_dir)
         return wire.topology_response(self.host(), topology, topology.structure_hash())
 
     @_status_errors
     def GetObserved(self, request: wire.GetObservedRequest,
                     context: grpc.ServicerContext) -> wire.GetObservedResponse:
-        observed, topology_hash = local.observed(self.fs)
+        observed, topology_hash = local.observed(self.fs, self.state_dir)
         return wire.observed_response(self.host(), observed, topology_hash)
 
     @_status_errors
     def Plan(self, request: wire.PlanRequest, context: grpc.ServicerContext) -> wire.PlanResponse:
         profiles = wire.plan_request_profiles(request)
-        planned = local.plan(self.fs, profiles)
+        planned = local.plan(self.fs, profiles, self.state_dir)
         return wire.plan_response(self.host(), planned.plan, planned.topology.structure_hash())
 
     @_status_errors
@@ -284,7 +284,7 @@ class AgentService(wire.AgentServiceServicer):
             report = local.converge(self.fs, call.profiles, self.state_dir, call.generations)
             # Planned again so the control plane records what is in sync now,
             # what audit profiles would change, and what was skipped.
-            after = local.plan(self.fs, call.profiles)
+            after = local.plan(self.fs, call.profiles, self.state_dir)
         if not report.ok:
             log.warning("apply %s failed: %s", call.request_id or "-", report.title)
         return wire.apply_response(

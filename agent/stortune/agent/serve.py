@@ -37,6 +37,7 @@ from stortune.agent.registration import Registrar, RegistrationConfig, default_n
 from stortune.agent.rpc import AgentService, BenchmarkRegistry, agent_version
 from stortune.api.agent import CONTROL_PLANE_NAME, wire
 from stortune.api.agent.tlsfiles import TLSError, TLSFiles
+from stortune.schemas.topology import Topology
 
 log = logging.getLogger("stortune.agent.serve")
 
@@ -245,9 +246,19 @@ class Agent:
             agent_version=version, token=self.options.token,
         )
         return Registrar(config, facts=lambda: host_facts(self.fs, version),
-                         discover=lambda: local.discover(self.fs),
+                         discover=self._uploaded_topology,
                          topology_hash=lambda: self._hash,
                          boot_id=local.host_info(self.fs).get("boot_id", ""))
+
+    def _uploaded_topology(self) -> Topology:
+        """What registration sends: values with their recorded originals, so the control plane's
+        dry runs see pending restorations at once. A damaged originals store does not keep the
+        host from registering; the agent API reports it (FAILED_PRECONDITION) at the next look."""
+        try:
+            return local.discover(self.fs, self.state_dir)
+        except StateError as exc:
+            log.warning("topology sent without its recorded originals: %s", exc)
+            return local.discover(self.fs)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)

@@ -335,6 +335,24 @@ class PlannedChange:
 
 
 @dataclass(frozen=True)
+class PlannedRestoration:
+    """A value no profile wants any more, put back: to its original, or to what a change still
+    wanted left (``cause``, e.g. the scheduler for nr_requests)."""
+
+    device: str
+    tunable: str
+    current: Value | None
+    desired: Value | None
+    to: str  # original | cause
+    cause: str
+
+    @classmethod
+    def parse(cls, data: JSON) -> PlannedRestoration:
+        return cls(_str(data.get("device")), _str(data.get("tunable")), _value(data.get("current")),
+                   _value(data.get("desired")), _str(data.get("to")) or "original", _str(data.get("cause")))
+
+
+@dataclass(frozen=True)
 class PlannedRejection:
     device: str
     tunable: str
@@ -351,12 +369,27 @@ class PlannedRejection:
 
 @dataclass(frozen=True)
 class HostPlan:
-    """What one host would do if the dry-run document were stored (with the other profiles on it)."""
+    """What one host would do if the dry run's documents were stored (with the other profiles on it)."""
 
     host: str
     topology_reported: bool
     changes: list[PlannedChange]
     rejections: list[PlannedRejection]
+    restorations: list[PlannedRestoration] = field(default_factory=list)
+
+    @classmethod
+    def parse_all(cls, plans: Any) -> list[HostPlan]:
+        """A dry run's ``plans``: {host: plan}, by host name."""
+        out = []
+        for host, raw in sorted(_dict(plans).items()):
+            p = _dict(raw)
+            out.append(cls(
+                host, p.get("topologyReported") is not False,
+                [PlannedChange.parse(c) for c in _list(p.get("changes")) if isinstance(c, dict)],
+                [PlannedRejection.parse(r) for r in _list(p.get("rejections")) if isinstance(r, dict)],
+                [PlannedRestoration.parse(r) for r in _list(p.get("restorations")) if isinstance(r, dict)],
+            ))
+        return out
 
 
 @dataclass(frozen=True)
@@ -366,14 +399,7 @@ class DryRun:
 
     @classmethod
     def parse(cls, data: JSON) -> DryRun:
-        plans = [
-            HostPlan(host, _dict(p).get("topologyReported") is not False,
-                     [PlannedChange.parse(c) for c in _list(_dict(p).get("changes")) if isinstance(c, dict)],
-                     [PlannedRejection.parse(r) for r in _list(_dict(p).get("rejections"))
-                      if isinstance(r, dict)])
-            for host, p in sorted(_dict(data.get("plans")).items())
-        ]
-        return cls(Profile.parse(_dict(data.get("object"))), plans)
+        return cls(Profile.parse(_dict(data.get("object"))), HostPlan.parse_all(data.get("plans")))
 
 
 @dataclass(frozen=True)
@@ -546,6 +572,12 @@ class Client:
 
     def preview_replace(self, name: str, document: JSON) -> DryRun:
         return DryRun.parse(self._json("PUT", _path("profiles", name), params=_DRY_RUN, body=document))
+
+    def plan(self, documents: list[JSON], delete: list[str]) -> list[HostPlan]:
+        """What the hosts would do once ``documents`` were stored and ``delete`` deleted, all at once."""
+        data = self._json("POST", "/plans", body={"apiVersion": "stortune/v1", "kind": "PlanRequest",
+                                                  "profiles": documents, "delete": delete})
+        return HostPlan.parse_all(data.get("plans"))
 
     def delete_profile(self, name: str) -> Deleted:
         response = self._request("DELETE", _path("profiles", name))

@@ -55,8 +55,11 @@ Compare the files with what the control plane holds, and with what the hosts
 would do, without changing anything. Differences are: a document missing on the
 server; a difference in spec, labels or annotations (shown as a unified diff);
 with --prune, profiles an earlier apply created that the files no longer hold;
-and changes the server's dry run plans on the hosts the documents select
-(changes of audit-mode profiles are shown but do not count).
+and what the hosts the documents select (or selected) would do, planned by the
+server for the whole set at once: changes, and settings put back to their
+originals because no profile sets them any more, e.g. after a setting was
+removed or a profile pruned (changes of audit-mode profiles are shown but do
+not count).
 
 exit codes (for CI gates):
   0  in sync: applying would change nothing, on the server or on any host
@@ -290,10 +293,7 @@ def _apply(args: argparse.Namespace, client: Client, out: Output) -> int:
     if args.dry_run:
         out.line()
         out.line("Planned changes on hosts (dry run; nothing stored):", "bold")
-        render.host_plans(out, [h.plan() for h in sync.host_changes(outcomes, pruned=pruned)])
-        if pruned:
-            out.line(f"pruning would also restore the original settings of {', '.join(pruned)} "
-                     "on the hosts that applied them")
+        render.host_plans(out, sync.host_changes(client, outcomes, pruned=pruned))
     return EXIT_ERROR if failed else EXIT_OK
 
 
@@ -330,15 +330,15 @@ def _diff(args: argparse.Namespace, client: Client, out: Output) -> int:
             pruned.append(profile.name)
             out.diff(_yaml(manifests.live(profile)), "", f"server:storageprofile/{profile.name}",
                      "/dev/null (pruned)")
-    hosts = [h for h in sync.host_changes(outcomes, pruned=pruned)
-             if h.changes or h.rejections or not h.topology_reported]
-    pending = sum(h.pending for h in hosts)
-    if hosts:
-        out.line("Pending changes on hosts (dry run):", "bold")
-        render.host_plans(out, [h.plan() for h in hosts])
     if errors:
         out.error(f"{errors} document(s) could not be compared")
         return EXIT_ERROR
+    hosts = [h for h in sync.host_changes(client, outcomes, pruned=pruned)
+             if h.changes or h.restorations or h.rejections or not h.topology_reported]
+    pending = sum(sync.pending(h) for h in hosts)
+    if hosts:
+        out.line("Pending changes on hosts (dry run):", "bold")
+        render.host_plans(out, hosts)
     if differences or pending:
         out.line(f"{differences} profile difference(s), {pending} pending host change(s)", "yellow")
         return EXIT_DIFFERENT

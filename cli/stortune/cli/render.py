@@ -28,6 +28,7 @@ from stortune.cli.client import (
     Lease,
     PlannedChange,
     PlannedRejection,
+    PlannedRestoration,
     Profile,
     Token,
     Value,
@@ -372,14 +373,16 @@ def host_plans(out: Output, plans: Sequence[HostPlan]) -> None:
         if not plan.topology_reported:
             out.line(f"host/{plan.host}: topology not reported yet; nothing to plan", "yellow")
             continue
-        if not plan.changes and not plan.rejections:
+        if not plan.changes and not plan.restorations and not plan.rejections:
             out.line(f"host/{plan.host}: in sync", "green")
             continue
-        out.line(f"host/{plan.host}: {len(plan.changes)} change(s)"
+        out.line(f"host/{plan.host}: {len(plan.changes) + len(plan.restorations)} change(s)"
                  + (f", {len(plan.rejections)} rejection(s)" if plan.rejections else ""), "bold")
-        if plan.changes:
-            out.table(["DEVICE", "TUNABLE", "CHANGE", "FROM"], [_change_row(out, c) for c in plan.changes],
-                      indent=2)
+        if plan.changes or plan.restorations:
+            # Restorations first: the agent puts those back before it applies the changes.
+            out.table(["DEVICE", "TUNABLE", "CHANGE", "FROM"],
+                      [*(_restoration_row(out, r) for r in plan.restorations),
+                       *(_change_row(out, c) for c in plan.changes)], indent=2)
         if plan.rejections:
             out.table(["DEVICE", "TUNABLE", "VALUE", "SEVERITY", "REASON", "FROM"],
                       [_rejection_row(r) for r in plan.rejections], indent=2,
@@ -392,6 +395,12 @@ def _change_row(out: Output, change: PlannedChange) -> Row:
         source += " (audit: reported only)"
     return [change.device, change.tunable,
             f"{value(change.current)} {out.arrow} {value(change.desired)}", source]
+
+
+def _restoration_row(out: Output, back: PlannedRestoration) -> Row:
+    to = "(original)" if back.to == "original" else f"(as {back.cause} left it)"
+    return [back.device, back.tunable, f"{value(back.current)} {out.arrow} {value(back.desired)} {to}",
+            "no profile sets it any more"]
 
 
 def _rejection_row(rejection: PlannedRejection) -> Row:

@@ -1,10 +1,10 @@
 """apply and diff share this: one decision per document (create, configure, leave), one prune rule,
-and one way of reading the server's dry-run plans into per-host changes."""
+and one view per host of what the whole set would do there."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from stortune.cli.client import (
@@ -14,8 +14,6 @@ from stortune.cli.client import (
     DryRun,
     HostPlan,
     NotFound,
-    PlannedChange,
-    PlannedRejection,
     Profile,
 )
 from stortune.cli.manifests import Manifest, is_managed, live
@@ -74,60 +72,23 @@ def prunable(client: Client, keep: Collection[str]) -> list[Profile]:
             if is_managed(p) and p.name not in keep and not p.deleting]
 
 
-@dataclass
-class HostChanges:
-    host: str
-    topology_reported: bool = True
-    changes: list[PlannedChange] = field(default_factory=list)
-    rejections: list[PlannedRejection] = field(default_factory=list)
-
-    def plan(self) -> HostPlan:
-        return HostPlan(self.host, self.topology_reported, self.changes, self.rejections)
-
-    @property
-    def pending(self) -> int:
-        """What would really happen on the host: enforced changes, and rejections that block it."""
-        enforced = sum(1 for c in self.changes if c.source.mode != "audit")
-        return enforced + sum(1 for r in self.rejections if r.fatal)
+def pending(plan: HostPlan) -> int:
+    """What would really happen on the host: enforced changes, settings put back, and rejections
+    that block it."""
+    enforced = sum(1 for c in plan.changes if c.source.mode != "audit")
+    return enforced + len(plan.restorations) + sum(1 for r in plan.rejections if r.fatal)
 
 
-def host_changes(outcomes: Sequence[Outcome], *, pruned: Collection[str] = ()) -> list[HostChanges]:
-    """Merge the per-document dry runs into one view per host.
+def host_changes(client: Client, outcomes: Sequence[Outcome], *, pruned: Collection[str] = ()
+                 ) -> list[HostPlan]:
+    """One view per host of what applying these documents (and pruning ``pruned``) would do there.
 
-    Each dry run plans its document together with the *stored* versions of the
-    other profiles on the host. A change is therefore taken from the dry run of
-    the document that makes it, so a profile also being applied is seen in its
-    new version, and profiles being pruned are left out.
+    Planned by the control plane for the whole set at once (``POST /plans``):
+    each document's own dry run plans it with the *stored* versions of the
+    others, so it cannot tell that a setting one file removes another file now
+    sets, nor what a prune puts back. Only documents whose own dry run passed
+    are sent, as apply would store only those.
     """
-    applied = {o.manifest.name for o in outcomes}
-    hosts: dict[str, HostChanges] = {}
-    seen: set[tuple[str, ...]] = set()
-    for outcome in outcomes:
-        if outcome.dry_run is None:
-            continue
-        own = outcome.manifest.name
-        for plan in outcome.dry_run.plans:
-            view = hosts.setdefault(plan.host, HostChanges(plan.host))
-            if not plan.topology_reported:
-                view.topology_reported = False
-                continue
-            for change in plan.changes:
-                owner = change.source.profile
-                key = (plan.host, "change", change.device, change.tunable, owner, change.source.rule)
-                if _authoritative(owner, own, applied, pruned) and key not in seen:
-                    seen.add(key)
-                    view.changes.append(change)
-            for rejection in plan.rejections:
-                owner = rejection.source.profile
-                key = (plan.host, "rejection", rejection.device, rejection.tunable, owner,
-                       rejection.source.rule)
-                if _authoritative(owner, own, applied, pruned) and key not in seen:
-                    seen.add(key)
-                    view.rejections.append(rejection)
-    return [hosts[name] for name in sorted(hosts)]
-
-
-def _authoritative(owner: str, planned: str, applied: Collection[str], pruned: Collection[str]) -> bool:
-    if owner in pruned:
-        return False
-    return owner == planned or owner not in applied
+    if not outcomes and not pruned:
+        return []
+    return client.plan([o.manifest.document() for o in outcomes], list(pruned))

@@ -51,8 +51,10 @@ class Tunable:
     bound_by: str | None = None
     #: values that cannot be written back verbatim (the kernel rounds them)
     multiple_of: int | None = None
-    #: tunables of the same device the kernel resets when this one is written;
-    #: the executor saves and puts them back together with it
+    #: tunables of the same device the kernel may change when this one is written
+    #: (measured by bench/couplings.py); the executor saves them before the write,
+    #: keeps what the write really changed, and puts them back together with it.
+    #: Each comes later in ``order``, so a plan writes it after its cause.
     resets: tuple[str, ...] = ()
     notes: str = ""
 
@@ -188,7 +190,10 @@ def _declare(*tunables: Tunable) -> Mapping[str, Tunable]:
 #: All tunables, in no particular order; use ``ordered()`` for application order.
 CATALOG: Mapping[str, Tunable] = _declare(
     # The scheduler comes first: switching it resets nr_requests to the new
-    # elevator's default, so nr_requests must be written after it.
+    # elevator's default (writing "none" over "none" does too), and a switch to
+    # or from bfq turns writeback throttling off or on again (wbt_lat_usec 0 /
+    # its default) unless wbt_lat_usec was ever written on the device. Both are
+    # written after it.
     ChoiceTunable(
         name="scheduler",
         path="queue/scheduler",
@@ -196,7 +201,7 @@ CATALOG: Mapping[str, Tunable] = _declare(
         order=10,
         applies_to=_QUEUE_KINDS,
         known=("none", "mq-deadline", "kyber", "bfq"),
-        resets=("nr_requests",),
+        resets=("nr_requests", "wbt_lat_usec"),
         notes="Only schedulers the kernel lists in the attribute can be chosen.",
     ),
     Tunable(
@@ -227,7 +232,8 @@ CATALOG: Mapping[str, Tunable] = _declare(
         description="Read-ahead window; the main lever for sequential reads.",
         # Last of the queue attributes: since Linux 6.11 a queue-limits update
         # (max_sectors_kb, add_random, iostats) raises read-ahead to at least
-        # 2 x max_sectors_kb, so anything written after it could undo it.
+        # 2 x max_sectors_kb and 128 KiB (never lowers it), so anything written
+        # after it could undo it.
         order=59,
         applies_to=_QUEUE_KINDS,
         unit="KiB",
@@ -373,6 +379,7 @@ def get(name: str) -> Tunable:
 
 _ORDERED = tuple(sorted(CATALOG.values(), key=lambda t: (t.order, t.name)))
 _BY_KIND = {k: tuple(t for t in _ORDERED if k in t.applies_to) for k in DeviceKind}
+_RESET_BY = {t.name: tuple(c.name for c in _ORDERED if t.name in c.resets) for t in _ORDERED}
 
 
 def ordered() -> list[Tunable]:
@@ -382,6 +389,11 @@ def ordered() -> list[Tunable]:
 
 def for_kind(kind: DeviceKind) -> list[Tunable]:
     return list(_BY_KIND[kind])
+
+
+def reset_by(name: str) -> tuple[str, ...]:
+    """The tunables whose write may reset ``name`` (the reverse of ``resets``)."""
+    return _RESET_BY.get(name, ())
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,24 @@ class Change(_Model):
     source: Source
 
 
+class Restoration(_Model):
+    """Put back a value stortune changed that no profile wants any more.
+
+    ``to="original"``: the value before stortune first changed it, which is then
+    forgotten. ``to="cause"``: a setting was removed while a change that resets
+    it (``cause``, e.g. the scheduler for nr_requests) is still wanted; it goes
+    back to what that change left, and its original is kept for when the cause goes.
+    """
+
+    device: str = Field(description="Kernel name, or 'host' for host-wide tunables")
+    device_id: str
+    tunable: str
+    current: Value | None
+    desired: Value = Field(description="The value put back")
+    to: Literal["original", "cause"] = "original"
+    cause: str | None = Field(default=None, description="to=cause: the tunable whose write left `desired`")
+
+
 class Rejection(_Model):
     device: str
     device_id: str
@@ -78,6 +96,10 @@ class DeviceExplanation(_Model):
 
 class Plan(_Model):
     changes: list[Change] = Field(default_factory=list, description="In application order")
+    restorations: list[Restoration] = Field(
+        default_factory=list,
+        description="Values put back because no profile wants them any more; made before the changes",
+    )
     rejections: list[Rejection] = Field(default_factory=list)
     desired: list[Desired] = Field(default_factory=list)
     explanations: list[DeviceExplanation] = Field(default_factory=list)
@@ -88,10 +110,12 @@ class Plan(_Model):
 
     @property
     def empty(self) -> bool:
-        return not self.changes
+        """Nothing would change: no setting to make (audit ones included) and none to put back."""
+        return not self.changes and not self.restorations
 
     def enforced(self) -> Plan:
-        """The same plan without the changes that audit-mode profiles only report."""
+        """The same plan without the changes that audit-mode profiles only report
+        (restorations are made whatever the mode: no profile wants those values)."""
         return self.model_copy(
             update={"changes": [c for c in self.changes if c.source.mode == "enforce"]}
         )

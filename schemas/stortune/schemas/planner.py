@@ -11,6 +11,13 @@ docs/precedence.md):
      specific ones after, as in a stylesheet).
 The winner is final: if its value cannot be set on the device, that is a
 rejection; a losing rule's value is never used as a fallback.
+
+Restorations: a tunable stortune changed (its observed state carries the
+journal's ``original``) that no profile wants any more goes back to its
+original. A value that changed only as a side effect of another write (the
+scheduler resets nr_requests) stays while that write is still wanted: it is put
+back together with it. A setting removed while such a cause stays goes back to
+what the cause left, not to the original from before both.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from stortune.schemas.plan import (
     DeviceExplanation,
     Plan,
     Rejection,
+    Restoration,
     RuleVerdict,
     Source,
     Value,
@@ -178,4 +186,49 @@ def plan(
                     )
                 )
     result.changes.sort(key=lambda c: (order[c.tunable], position[c.device]))
+    result.restorations = [
+        r for r in _releases(result, topology, seen)
+        if not catalog.get(r.tunable).same(r.current, r.desired)
+    ]
     return result
+
+
+def releases(result: Plan, topology: Topology, observed: Observed | None = None) -> list[Restoration]:
+    """Every recorded original that converging to ``result``'s profiles lets go of.
+
+    ``result.restorations`` plus those already in place (nothing to write, but
+    the record is to be forgotten or, for ``to="cause"``, no longer counted as
+    a setting of its own), so that a value nobody manages any more is never
+    put back later. In catalog order, then device order.
+    """
+    return _releases(result, topology, observed if observed is not None else observed_of(topology))
+
+
+def _releases(result: Plan, topology: Topology, seen: Observed) -> list[Restoration]:
+    # Rejected winners are wanted too: a fatal one blocks the apply anyway, and a
+    # setting skipped on this device (not applicable, absent) is no reason to undo it.
+    wanted = {(d.device, d.tunable) for d in result.desired}
+    wanted |= {(r.device, r.tunable) for r in result.rejections}
+    out: list[Restoration] = []
+    for dev in targets(topology):
+        states = seen.get(dev.name, {})
+        for name, state in states.items():
+            rec = state.original
+            if rec is None or (dev.name, name) in wanted or name not in catalog.CATALOG:
+                continue
+            causes = [c for c in catalog.reset_by(name)
+                      if (dev.name, c) in wanted and (s := states.get(c)) is not None
+                      and s.original is not None]
+            if not causes:
+                out.append(Restoration(device=dev.name, device_id=dev.id, tunable=name,
+                                       current=state.value, desired=rec.value))
+            elif rec.direct:
+                cause = rec.cause if rec.cause in causes else causes[0]
+                left = rec.cause_left if rec.cause_left is not None else rec.value
+                out.append(Restoration(device=dev.name, device_id=dev.id, tunable=name,
+                                       current=state.value, desired=left, to="cause", cause=cause))
+            # else: only a side effect of a change still wanted; it goes back with that change
+    order = {t.name: t.order for t in catalog.ordered()}
+    position = {d.name: i for i, d in enumerate(targets(topology))}
+    out.sort(key=lambda r: (order[r.tunable], position[r.device]))
+    return out

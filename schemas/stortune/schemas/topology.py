@@ -45,6 +45,33 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=False)
 
 
+def _absent(value: object) -> bool:
+    return value is None
+
+
+class RecordedOriginal(_Model):
+    """What the agent's journal holds for a tunable stortune changed and has not put back.
+
+    The agent fills it in whenever it reports values, so every planner (the
+    agent's, the control plane's dry runs and reconciler) sees the same facts
+    and can tell which settings a converge would put back.
+    """
+
+    value: int | str = Field(description="The value before stortune first changed it")
+    direct: bool = Field(
+        default=True,
+        description="stortune set this tunable itself; false: it changed only as a side effect of"
+                    " writing `cause`",
+    )
+    cause: str | None = Field(
+        default=None, exclude_if=_absent,
+        description="The tunable of the same device whose last write by stortune may have reset this one",
+    )
+    cause_left: int | str | None = Field(
+        default=None, exclude_if=_absent, description="The value that write left here"
+    )
+
+
 class TunableState(_Model):
     """One tunable as the kernel shows it on one device, right now."""
 
@@ -56,6 +83,11 @@ class TunableState(_Model):
     minimum: int | None = None
     maximum: int | None = Field(default=None, description="Static or device bound, e.g. max_hw_sectors_kb")
     reason: str | None = Field(default=None, description="Why unsupported, when it is")
+    original: RecordedOriginal | None = Field(
+        default=None, exclude_if=_absent,
+        description="Set when stortune changed this tunable and has not put it back"
+                    " (from the agent's journal)",
+    )
 
 
 class Mount(_Model):

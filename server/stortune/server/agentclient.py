@@ -43,7 +43,7 @@ from stortune.schemas import planner
 from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.plan import Plan
 from stortune.schemas.profile import StorageProfile
-from stortune.schemas.topology import HOST_TARGET, Topology, TunableState
+from stortune.schemas.topology import HOST_TARGET, RecordedOriginal, Topology, TunableState
 
 __all__ = [
     "AgentBusy", "AgentClient", "AgentClientFactory", "AgentClients", "AgentError",
@@ -398,7 +398,8 @@ class FakeAgentClient:
 
     Plans with the real planner against ``topology``; apply sets the planned
     values in ``topology`` (so observed/plan reflect it afterwards), records
-    originals and restores those no profile wants any more, as the agent does.
+    originals (also on the tunable states, as the agent reports them) and
+    restores what the planner says no profile wants any more, as the agent does.
     ``fail(method, error)`` makes a method raise (``"*"`` for every method);
     ``calls`` records (method, arguments) in order.
     """
@@ -473,6 +474,24 @@ class FakeAgentClient:
         state.value, state.raw = value, None if value is None else str(value)
         return before
 
+    def _show(self, device: str, device_id: str, tunable: str) -> None:
+        """The tunable's state shows what the journal keeps for it, as the agent reports it."""
+        states = self._states(device)
+        state = states.get(tunable) if states is not None else None
+        recorded = self.originals.get((device_id, tunable))
+        if state is not None:
+            state.original = None if recorded is None or recorded[1] is None else RecordedOriginal(
+                value=recorded[1])
+
+    def remember(self, device: str, device_id: str, tunable: str, original: int | str | None) -> None:
+        """What the journal keeps after stortune's first write (tests set up an earlier apply so)."""
+        self.originals.setdefault((device_id, tunable), (device, original))
+        self._show(device, device_id, tunable)
+
+    def _forget(self, device: str, device_id: str, tunable: str) -> None:
+        self.originals.pop((device_id, tunable), None)
+        self._show(device, device_id, tunable)
+
     async def apply(self, profiles: Sequence[StorageProfile], generations: Mapping[str, int],
                     request_id: str) -> ApplyResult:
         self._enter("apply", (list(profiles), dict(generations), request_id))
@@ -485,15 +504,16 @@ class FakeAgentClient:
                                for r in plan.fatal],
                       "messages": [r.reason for r in plan.fatal]}
             return ApplyResult(False, report, plan, {}, self.info, request_id, self._hash())
-        wanted = {(d.device_id, d.tunable) for d in plan.desired}
-        for key in sorted(set(self.originals) - wanted):
-            device, value = self.originals.pop(key)
-            before = self._set(device, key[1], value)
-            rows.append({"device": device, "tunable": key[1], "before": before, "after": value,
-                         "status": "restored", "message": ""})
+        for back in planner.releases(plan, self.topology):
+            before = self._set(back.device, back.tunable, back.desired)
+            if back.to == "original":
+                self._forget(back.device, back.device_id, back.tunable)
+            if before != back.desired:
+                rows.append({"device": back.device, "tunable": back.tunable, "before": before,
+                             "after": back.desired, "status": "restored", "message": ""})
         plan = planner.plan(profiles, self.topology)
         for change in plan.enforced().changes:
-            self.originals.setdefault((change.device_id, change.tunable), (change.device, change.current))
+            self.remember(change.device, change.device_id, change.tunable, change.current)
             self._set(change.device, change.tunable, change.desired)
             rows.append({"device": change.device, "tunable": change.tunable, "before": change.current,
                          "after": change.desired, "status": "applied", "message": ""})
@@ -506,7 +526,8 @@ class FakeAgentClient:
         self._enter("restore", None if only is None else set(only))
         rows: list[dict[str, Any]] = []
         for key in sorted(self.originals if only is None else set(only) & set(self.originals)):
-            device, value = self.originals.pop(key)
+            device, value = self.originals[key]
+            self._forget(device, key[0], key[1])
             before = self._set(device, key[1], value)
             rows.append({"device": device, "tunable": key[1], "before": before, "after": value,
                          "status": "restored", "message": ""})

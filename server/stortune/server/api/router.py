@@ -23,6 +23,7 @@ from stortune.server.api.routes import (
     events,
     health,
     hosts,
+    plans,
     profiles,
     tokens,
 )
@@ -35,6 +36,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     agents.router,
     hosts.router,
     profiles.router,
+    plans.router,
     events.router,
     benchmark_baselines.router,
     benchmark_schedules.router,

@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from stortune.schemas.plan import Change, Plan, Rejection
+from stortune.schemas.plan import Change, Plan, Rejection, Restoration
 from stortune.server.db.tables import Profile
-from stortune.server.models.common import API_VERSION
+from stortune.server.models.common import API_VERSION, Name, RequestModel
 from stortune.server.models.meta import ListMeta, ObjectMeta, format_resource_version
 
 
@@ -49,20 +49,45 @@ class ProfileList(BaseModel):
 
 
 class HostPlan(BaseModel):
-    """What the profile, with the other profiles selecting the host, would do there."""
+    """What the host would do with the profiles selecting it once the request took effect."""
 
     topologyReported: bool = Field(description="False: the agent has not sent its topology yet")
     changes: list[Change] = Field(default_factory=list)
+    restorations: list[Restoration] = Field(
+        default_factory=list,
+        description="Values put back because no profile wants them any more (known from the originals "
+                    "the agent reports)")
     rejections: list[Rejection] = Field(default_factory=list)
 
     @classmethod
     def of(cls, plan: Plan | None) -> HostPlan:
         if plan is None:
             return cls(topologyReported=False)
-        return cls(topologyReported=True, changes=plan.changes, rejections=plan.rejections)
+        return cls(topologyReported=True, changes=plan.changes, restorations=plan.restorations,
+                   rejections=plan.rejections)
 
 
 class DryRunResult(BaseModel):
     dryRun: Literal[True] = True
     object: ProfileDocument
-    plans: dict[str, HostPlan] = Field(description="Per matched host")
+    plans: dict[str, HostPlan] = Field(
+        description="Per host the profile selects, selected before, or last applied there")
+
+
+class PlanRequest(RequestModel):
+    """Profiles as they would be stored (created or replaced) and names as they would be deleted,
+    all at once: what ``stortune diff`` and ``apply --dry-run`` ask for a set of files."""
+
+    apiVersion: Literal["stortune/v1"] = API_VERSION
+    kind: Literal["PlanRequest"] = "PlanRequest"
+    profiles: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=1000,
+        description="StorageProfile documents, validated as a create or replace would")
+    delete: list[Name] = Field(default_factory=list, max_length=1000,
+                              description="Names of stored profiles, planned as deleted")
+
+
+class PlanResult(BaseModel):
+    dryRun: Literal[True] = True
+    plans: dict[str, HostPlan] = Field(
+        description="Per host any of the profiles selects (new or stored version) or last applied there")

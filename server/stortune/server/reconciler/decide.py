@@ -139,6 +139,9 @@ def decide(view: HostView, plan: Plan, boot_id: str) -> Decision:
     enforced = sum(c.source.mode == "enforce" for c in plan.changes)
     if enforced:
         why.append(f"{enforced} enforced setting(s) differ")
+    if plan.restorations:
+        # Values stortune changed that no profile wants any more: only an apply puts them back.
+        why.append(f"{len(plan.restorations)} setting(s) to restore")
     return Decision(
         plan=plan, generations=generations, apply=bool(why) and not rejected and not refused,
         why=tuple(why), new_drift=tuple(new_drift), drifted=frozenset(drifted), rejected=rejected,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -264,24 +264,34 @@ def _with_generation(profile: StorageProfile, generation: int) -> StorageProfile
     return profile.model_copy(update={"metadata": meta})
 
 
-def plans(session: Session, profile: StorageProfile) -> HostPlans:
-    """For every host the profile selects: plan it with the other live profiles selecting that host."""
-    chosen = profile.spec.hostSelector
-    others = [
-        stored_profile(r) for r in session.scalars(
-            select(Profile).where(Profile.deletion_timestamp.is_(None), Profile.name != profile.name)
-        ).all()
-    ]
+def plans(session: Session, put: Sequence[StorageProfile] = (), delete: Collection[str] = ()) -> HostPlans:
+    """What the hosts would do once ``put`` were stored and ``delete`` deleted, all at once.
+
+    Planned, like the reconciler does, with every live profile selecting the
+    host in its new version, on the values (and recorded originals) the host
+    last reported; so settings a host would put back show as restorations. The
+    hosts: those a profile of ``put`` selects, those the stored version of a
+    changed or deleted profile selects (a host it stops selecting restores its
+    settings), and those that report one of them applied.
+    """
+    changed = {p.name for p in put} | set(delete)
+    stored = {r.name: stored_profile(r) for r in session.scalars(
+        select(Profile).where(Profile.deletion_timestamp.is_(None)).order_by(Profile.name)).all()}
+    kept = [p for name, p in stored.items() if name not in changed]
+    selectors = [s for s in (*(p.spec.hostSelector for p in put),
+                             *(stored[n].spec.hostSelector for n in changed if n in stored)) if s is not None]
+    holders = finalizers.holders(session) if changed else {}
+    holding = {host for name in changed for host in holders.get(name, ())}
     result: HostPlans = {}
     for host in session.scalars(select(Host).order_by(Host.name)).all():
         labels = host.effective_labels
-        if chosen is None or not chosen.matches(labels):
+        if host.name not in holding and not any(s.matches(labels) for s in selectors):
             continue
         if host.topology is None:
             result[host.name] = None
             continue
-        selected = [p for p in others if p.spec.hostSelector and p.spec.hostSelector.matches(labels)]
-        result[host.name] = plan([profile, *selected], Topology.model_validate(host.topology))
+        selected = [p for p in (*put, *kept) if p.spec.hostSelector and p.spec.hostSelector.matches(labels)]
+        result[host.name] = plan(selected, Topology.model_validate(host.topology))
     return result
 
 
@@ -289,7 +299,7 @@ def preview_create(session: Session, profile: StorageProfile, now: datetime) -> 
     """What create would store and do, storing nothing."""
     _check_absent(session, profile.name)
     row = _new_row(profile, 0, now)
-    return row, plans(session, _with_generation(profile, row.generation))
+    return row, plans(session, [_with_generation(profile, row.generation)])
 
 
 def preview_replace(
@@ -300,7 +310,54 @@ def preview_replace(
     row = _get(session, name)
     _check_preconditions(row, profile)
     preview = Profile(**{attr: getattr(row, attr) for attr in _COLUMNS}, **_replacement(row, profile))
-    return preview, plans(session, _with_generation(profile, preview.generation))
+    return preview, plans(session, [_with_generation(profile, preview.generation)])
+
+
+def preview_delete(session: Session, name: str, now: datetime) -> tuple[Profile, HostPlans]:
+    """What delete would do, deleting nothing: the profile as it would be shown (deletionTimestamp
+    set), and the plans of the hosts without it (its settings as restorations)."""
+    row = _get(session, name)
+    preview = Profile(**{attr: getattr(row, attr) for attr in _COLUMNS if attr != "deletion_timestamp"},
+                      spec=row.spec, labels=row.labels, annotations=row.annotations,
+                      generation=row.generation, deletion_timestamp=row.deletion_timestamp or now)
+    return preview, plans(session, delete=[name])
+
+
+def preview_set(
+    session: Session, documents: Sequence[Any], delete: Sequence[str]
+) -> HostPlans:
+    """The per-host plans of a whole set of changes (``POST /plans``): ``documents`` created or
+    replaced and ``delete`` deleted together, so profiles changed at once are planned with each
+    other's new versions. Each problem is named by its place in the request."""
+    causes: list[Cause] = []
+    put: list[StorageProfile] = []
+    for index, data in enumerate(documents):
+        try:
+            put.append(validate(data))
+        except Invalid as exc:
+            causes += [Cause(f"profiles[{index}]" + (f".{c.field}" if c.field else ""), c.message)
+                       for c in exc.causes]
+    names = [p.name for p in put]
+    causes += [Cause(f"profiles[{names.index(n)}].metadata.name", f"{n!r} is given more than once")
+               for n in sorted({n for n in names if names.count(n) > 1})]
+    rows = {r.name: r for r in session.scalars(
+        select(Profile).where(Profile.name.in_({*names, *delete}))).all()}
+    for index, name in enumerate(delete):
+        if name in names:
+            causes.append(Cause(f"delete[{index}]", f"{name!r} is also in profiles: replaced or deleted?"))
+        elif name not in rows:
+            causes.append(Cause(f"delete[{index}]", f'StorageProfile "{name}" does not exist'))
+    for index, name in enumerate(names):
+        row = rows.get(name)
+        if row is not None and row.deletion_timestamp is not None:
+            causes.append(Cause(f"profiles[{index}].metadata.name",
+                                f'StorageProfile "{name}" is being deleted; it cannot be changed'))
+    if causes:
+        raise Invalid(causes, kind="PlanRequest")
+    generations = [1 if (row := rows.get(p.name)) is None else _replacement(row, p)["generation"]
+                   for p in put]
+    return plans(session, [_with_generation(p, g) for p, g in zip(put, generations, strict=True)],
+                 delete)
 
 
 _COLUMNS = ("name", "uid", "resource_version", "status", "finalizers", "created_at", "updated_at",

@@ -83,11 +83,18 @@ def replace_profile(
     return ProfileDocument.from_row(profiles.replace(session, name, profile, now))
 
 
-@router.delete("/{name}", responses={**NOT_FOUND, 202: {
+@router.delete("/{name}", responses={**NOT_FOUND, **TOO_MANY, 202: {
     "model": ProfileDocument, "description": "Deletion pending: hosts still hold its settings"}})
 def delete_profile(
-    who: Writer, name: ProfileName, session: SessionDep, now: NowDep, response: Response
-) -> ProfileDocument:
+    *, who: Writer, quota: DryRunQuota, name: ProfileName, session: SessionDep, now: NowDep,
+    response: Response, dry_run: DryRun = None,
+) -> ProfileDocument | DryRunResult:
+    """Delete; hosts put its settings back before it goes (a finalizer). With dryRun=All: the
+    per-host plans without it (its settings as restorations), deleting nothing."""
+    if dry_run:
+        quota.spend()
+        row, plans = profiles.preview_delete(session, name, now)
+        return _dry_run(row, plans, stored=True)
     row, pending = profiles.delete(session, name, now)
     if pending:
         response.status_code = status.HTTP_202_ACCEPTED
