@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+from pydantic import ValidationError
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.orm import Session, defer
@@ -189,6 +190,17 @@ def ready_from(conditions: Sequence[Mapping[str, Any]]) -> tuple[ConditionStatus
 def _settle_ready(session: Session, host: Host, now: datetime) -> None:
     status, reason, message = ready_from(host.status.get("conditions", []))
     set_condition(session, host, type=READY, status=status, reason=reason, message=message, now=now)
+
+
+def stored_topology(raw: Mapping[str, Any] | None) -> Topology | None:
+    """A host's stored topology, or None when there is none or it no longer validates (stored by
+    an older server, before the model's limits): the reconciler then asks the agent again."""
+    if raw is None:
+        return None
+    try:
+        return Topology.model_validate(raw)
+    except ValidationError:
+        return None
 
 
 def _store_topology(host: Host, topology: Topology, topology_hash: str) -> bool:

@@ -16,7 +16,6 @@ from stortune.schemas.documents import DocumentError, parse_profile
 from stortune.schemas.plan import Plan
 from stortune.schemas.planner import plan
 from stortune.schemas.profile import LabelSelector, StorageProfile
-from stortune.schemas.topology import Topology
 from stortune.server.controller import request_reconcile
 from stortune.server.db.tables import Host, Profile
 from stortune.server.errors import AlreadyExists, Cause, Conflict, Invalid, NotFound
@@ -277,11 +276,12 @@ def plans(session: Session, profile: StorageProfile) -> HostPlans:
         labels = host.effective_labels
         if chosen is None or not chosen.matches(labels):
             continue
-        if host.topology is None:
+        topology = hosts.stored_topology(host.topology)
+        if topology is None:
             result[host.name] = None
             continue
         selected = [p for p in others if p.spec.hostSelector and p.spec.hostSelector.matches(labels)]
-        result[host.name] = plan([profile, *selected], Topology.model_validate(host.topology))
+        result[host.name] = plan([profile, *selected], topology)
     return result
 
 
