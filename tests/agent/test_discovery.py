@@ -284,6 +284,27 @@ def test_device_directory_gone_is_skipped_with_a_warning(build: Build) -> None:
     assert mp.dm is not None and mp.dm.paths == ["sdd", "sde"]  # dm still lists it
 
 
+def test_a_device_whose_name_is_not_a_kernel_name_is_skipped_with_a_warning(build: Build) -> None:
+    """Hostile: a block entry named 'sd"x' (it would break a udev rule) held by md126 and in its
+    members: skipped everywhere, so the topology still validates on the control plane."""
+    fs = build("md_raid5_fileserver")
+    odd = 'sd"x'
+    sdb = device_dir(fs, "sdb")
+    (sdb.parent / odd).mkdir()
+    (sdb.parent / odd / "size").write_text("2048\n")
+    (fs.sysfs / "class/block" / odd).symlink_to(os.path.relpath(sdb.parent / odd, fs.sysfs / "class/block"))
+    md = device_dir(fs, "md126")
+    (md / "slaves" / odd).symlink_to(sdb.parent / odd)
+    (md / "md" / f"dev-{odd}").mkdir()
+    topo = discover(fs)
+    assert topo.device(odd) is None
+    assert any(w.startswith(repr(odd)) and "device skipped" in w for w in topo.warnings)
+    md126 = dev(topo, "md126")
+    assert odd not in md126.slaves and md126.md is not None
+    assert odd not in [m.device for m in md126.md.members]
+    Topology.model_validate_json(topo.model_dump_json())
+
+
 def test_old_layout_without_class_block(build: Build) -> None:
     fs = build("md_raid5_fileserver")
     expected = discover(fs)
@@ -379,3 +400,14 @@ def test_discovers_this_machine_read_only() -> None:
         assert entry.name in names
     mounted = [d for d in topo.devices if d.mounts]
     assert any(m.mountpoint == "/" for d in mounted for m in d.mounts) or not mounted
+
+
+@pytest.mark.parametrize("scenario", [*sorted(SCENARIOS), "large_san"])
+def test_what_discovery_reports_validates_as_the_control_plane_receives_it(
+        scenario: str, tmp_path: Path) -> None:
+    """The topology model refuses hostile uploads (tests/schemas/test_topology_bounds.py); the JSON
+    of a real discovery must still pass it unchanged."""
+    build = SCENARIOS.get(scenario, large_san)
+    topology = discover(build(tmp_path / scenario))
+    assert topology.devices
+    assert Topology.model_validate_json(topology.model_dump_json()) == topology

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from stortune.agent import identity
 from stortune.agent.serve import Agent, ServeError, ServeOptions
-from stortune.api.agent import tls, wire
+from stortune.api.agent import HOST_KEY_HEADER, tls, wire
 from stortune.api.agent.tls import TLSFiles
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.agentclient import (
@@ -298,7 +298,8 @@ def test_a_name_stays_with_the_key_that_first_got_it(control_plane: tuple[str, s
     taken = ask(second)
     assert taken.status_code == 409 and "another agent's key" in taken.json()["message"]
     # Declared gone by an admin: a reinstalled machine may take the name.
-    with httpx.Client(base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {agent_token}"}) as c:
+    with httpx.Client(base_url=f"{url}/api/v1", headers={"Authorization": f"Bearer {agent_token}",
+                                                          HOST_KEY_HEADER: "k" * 43}) as c:
         assert c.post("/agents/register", json={"name": "db-7", "address": "127.0.0.1:9",
                                                  "labels": {}, "facts": {}}).status_code == 200
     deleted = httpx.delete(f"{url}/api/v1/hosts/db-7", headers={"Authorization": f"Bearer {admin_token}"})

@@ -24,9 +24,10 @@ from typing import Any
 
 import pytest
 
-from stortune.agent import cli
+from stortune.agent import cli, hostkey
 from stortune.agent.registration import Registrar, RegistrationConfig, backoff_delay
 from stortune.agent.serve import Agent, ServeOptions
+from stortune.api.agent import HOST_KEY_HEADER
 from stortune.schemas.topology import Topology
 from tests.fixtures.agent_host import BOOT_ID, Host
 from tests.rpc.conftest import call
@@ -41,6 +42,7 @@ class Request:
     body: dict[str, Any]
     at: float
     authorization: str | None = None
+    host_key: str | None = None
 
 
 Reply = tuple[int, dict[str, Any]]
@@ -66,10 +68,10 @@ class FakeControlPlane:
         return "other"
 
     def reply(self, method: str, path: str, body: dict[str, Any],
-              authorization: str | None = None) -> Reply:
+              authorization: str | None = None, host_key: str | None = None) -> Reply:
         kind = self.kind(method, path)
         with self.lock:
-            self.requests.append(Request(method, path, body, time.monotonic(), authorization))
+            self.requests.append(Request(method, path, body, time.monotonic(), authorization, host_key))
             scripted = self.script.get(kind)
             if scripted:
                 return scripted.pop(0)
@@ -106,7 +108,8 @@ def plane() -> Iterator[FakeControlPlane]:
         def _handle(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
-            status, data = fake.reply(self.command, self.path, body, self.headers.get("Authorization"))
+            status, data = fake.reply(self.command, self.path, body, self.headers.get("Authorization"),
+                                      self.headers.get(HOST_KEY_HEADER))
             payload = json.dumps(data).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
@@ -356,3 +359,64 @@ def test_a_busy_listen_address_is_a_clear_error(
                          "--insecure"])
     assert code == 1
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
+
+
+def _refusal(code: int) -> Reply:
+    """What the control plane answers a call for an enrolled host without its key."""
+    return code, {"kind": "Status", "code": code, "reason": "Conflict" if code == 409 else "Forbidden",
+                  "message": "host 'rpc-host' is enrolled with another host key",
+                  "details": {"kind": "Host", "name": "rpc-host", "causes": [
+                      {"field": f"header.{HOST_KEY_HEADER}", "message": "does not match"}]}}
+
+
+def test_every_call_carries_the_host_key_kept_in_the_state_directory(
+        managed: Callable[..., Agent], plane: FakeControlPlane, tmp_path: Path) -> None:
+    plane.script["heartbeat"] = [(200, {"topology_wanted": True})]
+    first = managed()
+    plane.wait_for(lambda: len(plane.of("topology")) >= 1 and len(plane.of("heartbeat")) >= 2)
+    key = hostkey.path_in(tmp_path / "state").read_text().strip()
+    assert {r.host_key for r in plane.requests} == {key}
+    assert hostkey.path_in(tmp_path / "state").stat().st_mode & 0o777 == 0o600
+    first.stop()
+    plane.requests.clear()
+    managed()  # restarted with its state directory: the same key
+    plane.wait_for(lambda: len(plane.of("heartbeat")) >= 1)
+    assert {r.host_key for r in plane.requests} == {key}
+
+
+@pytest.mark.parametrize(("kind", "code"), [("register", 409), ("heartbeat", 403)])
+def test_a_refused_identity_is_logged_once_with_what_to_do_and_retried_slowly(
+        plane: FakeControlPlane, caplog: pytest.LogCaptureFixture, kind: str, code: int) -> None:
+    """The name is enrolled with another key: one ERROR that says what to do (an admin deletes
+    the host, or the state directory is restored), then attempts ten times further apart than
+    for an outage, until the control plane accepts (here: after the admin deleted the host)."""
+    times: list[float] = []
+    refusals = 7
+    plane.script[kind] = [_refusal(code)] * refusals
+    if kind == "heartbeat":
+        plane.script["heartbeat"].append((404, {}))  # deleted by an admin: register again
+    registrar = Registrar(
+        RegistrationConfig(server=plane.url, name="rpc-host", address="x:1", backoff_base=0.01,
+                           backoff_cap=0.02, host_key="K" * 43, host_key_file="/var/lib/stortune/host.key"),
+        facts=dict, discover=lambda: (times.append(time.monotonic()), Topology(hostname="x"))[1],
+        topology_hash=lambda: "h", boot_id="b", uniform=lambda lo, hi: hi)
+    thread = threading.Thread(target=registrar.run)
+    with caplog.at_level(logging.DEBUG, logger="stortune.agent.registration"):
+        thread.start()
+        try:
+            plane.wait_for(lambda: registrar.state == "registered" and len(plane.of(kind)) > refusals,
+                           timeout=20)
+        finally:
+            registrar.stop()
+            thread.join(5)
+    attempts = [r.at for r in plane.of(kind)][:refusals + 1]
+    gaps = [b - a for a, b in itertools.pairwise(attempts)]
+    assert max(gaps) >= 0.15, gaps  # beyond the 0.02 s cap of an outage: up to 0.2 s apart
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1, errors  # once, not per attempt
+    assert "enrolled with another host key" in errors[0]
+    assert "an admin deletes the host (DELETE /api/v1/hosts/rpc-host" in errors[0]
+    assert "restore its state directory (the key is /var/lib/stortune/host.key)" in errors[0]
+    assert "token's role" not in errors[0]
+    assert "K" * 43 not in "\n".join(r.getMessage() for r in caplog.records)
+    assert {r.host_key for r in plane.requests} == {"K" * 43}

@@ -5,9 +5,20 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from stortune.api.agent import HOST_KEY_HEADER
 from stortune.schemas.topology import Device, DeviceKind, Topology, TunableState
 
 API = "/api/v1"
+
+
+def host_key(name: str = "h1") -> str:
+    """A host key as an agent makes one (43 urlsafe characters), fixed per host name."""
+    return f"test-key-of-{name}-".ljust(43, "x")[:43]
+
+
+def keyed(name: str = "h1") -> dict[str, str]:
+    """The header that proves to be host ``name``'s agent."""
+    return {HOST_KEY_HEADER: host_key(name)}
 
 
 def profile_doc(

@@ -53,6 +53,16 @@ def _selector_profile(selector: dict[str, object]) -> dict[str, object]:
     return profile_doc("hostile", selector=selector)
 
 
+def _topology(**device: object) -> dict[str, object]:
+    """A topology whose second device is hostile in the given fields."""
+    return {"hostname": "h1", "devices": [{"name": "loop0", "kind": "loop", "id": "name:loop0"},
+                                          {"name": "sda", "kind": "disk", "id": "name:sda", **device}]}
+
+
+def _upload(**device: object) -> Callable[[httpx.Client], httpx.Response]:
+    return lambda c: c.put(f"{API}/agents/h1/topology", json={"topology": _topology(**device)})
+
+
 _DEEP_JSON = "[" * 100_000 + "]" * 100_000
 _BOMB = "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n" + \
     "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c]\n"
@@ -133,6 +143,34 @@ CASES = [
          lambda c: c.post(f"{API}/profiles", json=_selector_profile({"matchExpressions": [
              {"key": "role", "operator": "In", "values": ["stream er"]}]})),
          422, "'stream er' is not valid", field="spec.hostSelector.matchExpressions[0].values"),
+    *(Case(f"topology upload naming a device {name!r}", _upload(name=name), 422,
+           "is not a kernel block device name", field="topology.devices[1].name")
+      for name in ("..", "/tmp/x", "../../x")),
+    Case("registration whose topology names a device '../../x'",
+         lambda c: c.post(f"{API}/agents/register", json={**registration("h9"),
+                                                          "topology": _topology(name="../../x")}),
+         422, "is not a kernel block device name", field="topology.devices[1].name"),
+    Case("topology upload with a sysfs_path of '../../x'", _upload(sysfs_path="../../x"), 422,
+         "is not a path below the sysfs root", field="topology.devices[1].sysfs_path"),
+    Case("topology upload with an absolute sysfs_path", _upload(sysfs_path="/etc/shadow"), 422,
+         "is not a path below the sysfs root", field="topology.devices[1].sysfs_path"),
+    *(Case(f"topology upload naming {what} '../../x'", _upload(**{key: value}), 422,
+           "is not a kernel block device name", field=f"topology.devices[1].{field}")
+      for what, key, value, field in (
+          ("a parent", "parent", "../../x", "parent"),
+          ("a partition", "partitions", ["sda1", "../../x"], "partitions[1]"),
+          ("a slave", "slaves", ["../../x"], "slaves[0]"),
+          ("a holder", "holders", ["../../x"], "holders[0]"),
+          ("a multipath path", "dm", {"paths": ["../../x"]}, "dm.paths[0]"),
+          ("an md member", "md", {"members": [{"device": "../../x"}]}, "md.members[0].device"))),
+    Case("topology upload naming a device with a NUL byte", _upload(name="sda\x00"), 422,
+         "topology.devices[1].name: contains a NUL character"),
+    Case("topology upload naming a device with 200 characters", _upload(name="s" * 200), 422,
+         "at most 64 characters", field="topology.devices[1].name"),
+    Case("topology upload with a 300 KiB model", _upload(model="m" * 300_000), 422,
+         "at most 4096 characters", field="topology.devices[1].model"),
+    Case("topology upload naming one device twice", _upload(name="loop0"), 422,
+         "devices[1].name 'loop0' is also devices[0]'s", field="topology.devices"),
     Case("selector query value that is not label syntax",
          lambda c: c.get(f"{API}/hosts", params={"labelSelector": "role in (a b)"}),
          422, "", field="labelSelector"),

@@ -11,7 +11,7 @@ from fastapi import APIRouter, FastAPI
 from stortune.server.api.audit import audited
 from stortune.server.api.security import Authorized, VisibleHostName
 from stortune.server.auth import Permission, Principal
-from tests.server.builders import API, profile_doc, registration
+from tests.server.builders import API, keyed, profile_doc, registration
 from tests.server.conftest import TokenFor
 from tests.server.support import FakeClock, TestClient, bearer
 
@@ -62,10 +62,10 @@ def test_who_what_when_from_where_for_every_outcome(
 
 def test_agent_calls_token_management_and_filters(client: TestClient, token_for: TokenFor) -> None:
     agent = bearer(token_for("agent", name="fleet"))
-    client.post(f"{API}/agents/register", json=registration("h1"), headers=agent)
+    client.post(f"{API}/agents/register", json=registration("h1"), headers={**agent, **keyed("h1")})
     for _ in range(3):
         client.post(f"{API}/agents/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"},
-                    headers=agent)
+                    headers={**agent, **keyed("h1")})
     made = client.post(f"{API}/tokens", json={"role": "viewer", "name": "temp"}).json()
     client.delete(f"{API}/tokens/{made['id']}")
     client.post(f"{API}/profiles?dryRun=All", json=profile_doc())

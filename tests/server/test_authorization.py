@@ -19,7 +19,7 @@ from stortune.schemas.bundle import Bundle, BundleInfo, pack
 from stortune.server.api.security import api_routes
 from stortune.server.auth import Role
 from tests.server.benchfakes import finished_run, queued_run, streamers
-from tests.server.builders import API, loop_topology, profile_doc, registration
+from tests.server.builders import API, keyed, loop_topology, profile_doc, registration
 from tests.server.support import FakeClock, TestClient, admin_client, bearer, issue_token
 
 ADMIN, OPERATOR, VIEWER, SUPPORT, AGENT = (r.value for r in Role)
@@ -49,7 +49,7 @@ class World:
 
     def host(self, name: str, labels: dict[str, str] | None = None) -> str:
         body = registration(name, labels=labels, topology=loop_topology(name))
-        assert self.admin.post(f"{API}/agents/register", json=body).status_code == 200
+        assert self.admin.post(f"{API}/agents/register", json=body, headers=keyed(name)).status_code == 200
         return name
 
     def token(self, name: str) -> str:
@@ -122,14 +122,16 @@ TABLE: dict[tuple[str, str], Case] = {
         "/hosts/h1/labels", {"json": {"labels": {"patched-by": t}}})),
     ("DELETE", "/hosts/{name}"): Case(ADMINS, lambda w, t: (f"/hosts/{w.host(f'gone-{t}')}", {})),
     ("GET", "/events"): Case(HOST_READERS, fixed("/events")),
+    # Agent calls carry the host's key (the agent role may act for an enrolled host only with it).
     ("POST", "/agents/register"): Case(AGENTS, lambda w, t: (
-        "/agents/register", {"json": registration(f"reg-{t}")})),
+        "/agents/register", {"json": registration(f"reg-{t}"), "headers": keyed(f"reg-{t}")})),
     ("POST", "/agents/{name}/heartbeat"): Case(AGENTS, fixed(
-        "/agents/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"})),
+        "/agents/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"}, headers=keyed("h1"))),
     ("POST", "/agents/certificate"): Case(AGENTS, lambda w, t: (
         "/agents/certificate", {"json": {"name": f"cert-{t}", "csr": csr_for(f"cert-{t}")}})),
     ("PUT", "/agents/{name}/topology"): Case(AGENTS, fixed(
-        "/agents/h1/topology", json={"topology": loop_topology("h1").model_dump(mode="json")})),
+        "/agents/h1/topology", json={"topology": loop_topology("h1").model_dump(mode="json")},
+        headers=keyed("h1"))),
     ("POST", "/tokens"): Case(ADMINS, lambda w, t: (
         "/tokens", {"json": {"role": VIEWER, "name": f"by-{t}"}})),
     ("GET", "/tokens"): Case(ADMINS, fixed("/tokens")),
@@ -221,14 +223,16 @@ def test_each_role_gets_what_its_role_allows(
         path, kwargs = case.make(world, "refused")
         for headers in ({}, {"Authorization": "Basic dXNlcjpwYXNz"}, bearer("stt_" + "x" * 43),
                         bearer(revoked), bearer(expiring)):
-            response = anonymous.request(method, API + path, headers=headers, **kwargs)
+            response = anonymous.request(method, API + path, **{**kwargs, "headers": {
+                **kwargs.get("headers", {}), **headers}})
             assert response.status_code == 401, (headers, response.text)
             assert response.headers["www-authenticate"].startswith("Bearer")
             assert response.json()["reason"] == "Unauthorized"
 
         for role in ROLES:
             path, kwargs = case.make(world, role)
-            response = anonymous.request(method, API + path, headers=bearer(tokens[role]), **kwargs)
+            response = anonymous.request(method, API + path, **{**kwargs, "headers": {
+                **kwargs.get("headers", {}), **bearer(tokens[role])}})
             if role in case.allowed:
                 assert 200 <= response.status_code < 300, (role, response.text)
             else:

@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from stortune.server.bootstrap import ensure_first_tokens
 from stortune.server.cli import main
-from tests.server.builders import API, registration
+from tests.server.builders import API, keyed, registration
 from tests.server.support import FakeClock, TestClient, admin_client, bearer
 
 
@@ -22,7 +22,8 @@ def test_the_first_start_writes_an_admin_and_an_agent_token(
     assert all(p.stat().st_mode & 0o777 == 0o600 for p in written)
     with TestClient(app) as client:
         assert client.get(f"{API}/tokens", headers=bearer(admin)).status_code == 200
-        registered = client.post(f"{API}/agents/register", json=registration(), headers=bearer(agent))
+        registered = client.post(f"{API}/agents/register", json=registration(),
+                                 headers={**bearer(agent), **keyed()})
         assert registered.status_code == 200
         assert client.get(f"{API}/hosts", headers=bearer(agent)).status_code == 403
 

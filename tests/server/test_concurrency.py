@@ -10,7 +10,8 @@ from fastapi import FastAPI
 
 from stortune.server.errors import Conflict
 from stortune.server.services import hosts, profiles
-from tests.server.builders import API, profile_doc, registration
+from stortune.server.services.host_keys import Proof
+from tests.server.builders import API, host_key, keyed, profile_doc, registration
 from tests.server.support import admin_client
 
 WRITERS = 8
@@ -43,12 +44,12 @@ def test_heartbeats_and_writes_interleave(app: FastAPI) -> None:
     from stortune.server.models.agents import Heartbeat
 
     with admin_client(app) as client:
-        client.post(f"{API}/agents/register", json=registration("h1"))
+        client.post(f"{API}/agents/register", json=registration("h1"), headers=keyed("h1"))
 
     def beat(_: int) -> None:
         with app.state.sessions() as session:
-            hosts.heartbeat(session, "h1", Heartbeat(boot_id="boot-1"), lease_duration_s=15,
-                            now=app.state.clock())
+            hosts.heartbeat(session, "h1", Heartbeat(boot_id="boot-1"), proof=Proof(host_key("h1")),
+                            lease_duration_s=15, now=app.state.clock())
 
     def label(i: int) -> None:
         with app.state.sessions() as session:
@@ -66,7 +67,7 @@ def test_agents_enrolling_at_once_while_others_heartbeat_all_get_certificates(ap
     from stortune.server.models.agents import Heartbeat
 
     with admin_client(app) as client:
-        client.post(f"{API}/agents/register", json=registration("h1"))
+        client.post(f"{API}/agents/register", json=registration("h1"), headers=keyed("h1"))
     csrs = {f"enroll-{i}": tls.make_csr(tls.new_key(), f"enroll-{i}") for i in range(WRITERS)}
     start = threading.Barrier(WRITERS * 2)
 
@@ -80,7 +81,8 @@ def test_agents_enrolling_at_once_while_others_heartbeat_all_get_certificates(ap
         start.wait()
         for _ in range(10):
             with app.state.sessions() as session:
-                hosts.heartbeat(session, "h1", Heartbeat(), lease_duration_s=15, now=app.state.clock())
+                hosts.heartbeat(session, "h1", Heartbeat(), proof=Proof(host_key("h1")), lease_duration_s=15,
+                                now=app.state.clock())
 
     with ThreadPoolExecutor(WRITERS * 2) as pool:
         enrolled = [f.result() for f in [pool.submit(enroll, n) for n in csrs]

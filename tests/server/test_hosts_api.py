@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from stortune.server import RecordingController
-from stortune.server.db.tables import HostConditionChange
+from stortune.server.db.tables import Host, HostConditionChange
 from stortune.server.services import hosts
-from tests.server.builders import API, loop_topology, registration
+from tests.server.builders import API, loop_topology, profile_doc, registration
 from tests.server.support import FakeClock, TestClient, admin_client
 
 AGENTS = f"{API}/agents"
@@ -88,6 +88,51 @@ def test_topology_upload(client: TestClient, controller: RecordingController) ->
     response = client.put(f"{AGENTS}/h1/topology", json=bad)
     assert response.status_code == 422
     assert response.json()["details"]["causes"][0]["field"] == "topology.devices[0].kind"
+
+
+def _loop_named(name: str, **fields: Any) -> dict[str, Any]:
+    device = loop_topology().devices[0].model_dump(mode="json")
+    return {**device, "name": name, "id": f"name:{name}", **fields}
+
+
+def test_a_hostile_topology_is_neither_stored_nor_planned_against(client: TestClient) -> None:
+    """Hostile: devices named '..', '/tmp/x' and '../../x', a sysfs_path of '../../x', and
+    100,000 devices (under the 8 MiB body limit), uploaded and registered: each a 422 naming the
+    field, and what the host reported before is what the control plane still plans against."""
+    good = loop_topology()
+    client.post(f"{AGENTS}/register", json=registration(topology=good, topology_hash=good.structure_hash()))
+    before = client.get(f"{HOSTS}/h1/topology").json()
+    hostile = [(_loop_named(name), "topology.devices[1].name") for name in ("..", "/tmp/x", "../../x")]
+    hostile.append((_loop_named("loop1", sysfs_path="../../x"), "topology.devices[1].sysfs_path"))
+    for device, field in hostile:
+        topology = {"hostname": "h1", "devices": [before["devices"][0], device]}
+        for response in (client.put(f"{AGENTS}/h1/topology", json={"topology": topology}),
+                         client.post(f"{AGENTS}/register", json={**registration(), "topology": topology})):
+            assert response.status_code == 422, response.text
+            assert response.json()["details"]["causes"][0]["field"] == field
+    crowd = {"devices": [{"name": f"loop{i}", "kind": "loop", "id": f"name:loop{i}"} for i in range(100_000)]}
+    response = client.put(f"{AGENTS}/h1/topology", json={"topology": crowd})
+    assert response.status_code == 422, response.text[:300]
+    cause = response.json()["details"]["causes"][0]
+    assert cause["field"] == "topology.devices" and "at most 16384" in cause["message"]
+
+    assert client.get(f"{HOSTS}/h1/topology").json() == before
+    doc = profile_doc(kinds=("loop", "disk"))
+    plans = client.post(f"{API}/profiles?dryRun=All", json=doc).json()["plans"]
+    assert {c["device"] for c in plans["h1"]["changes"]} == {"loop0"}
+
+
+def test_a_topology_stored_before_the_limits_is_not_planned_against(app: Any, client: TestClient) -> None:
+    """An older server stored what agents sent unchecked: such a topology counts as not reported
+    (the reconciler asks the agent again) instead of failing the dry run."""
+    client.post(f"{AGENTS}/register", json=registration(topology=loop_topology()))
+    legacy = {"hostname": "h1", "devices": [_loop_named("../../x")]}
+    with app.state.sessions() as session:
+        session.execute(update(Host).where(Host.name == "h1").values(topology=legacy))
+        session.commit()
+    response = client.post(f"{API}/profiles?dryRun=All", json=profile_doc())
+    assert response.status_code == 200, response.text
+    assert response.json()["plans"]["h1"]["topologyReported"] is False
 
 
 def test_heartbeat_renews_the_lease_without_a_resource_write(client: TestClient, clock: FakeClock) -> None:

@@ -17,7 +17,7 @@ from sqlalchemy import select
 
 from stortune.server.agentclient import FakeAgentClient, FakeAgentClients, HostInfo
 from stortune.server.db.tables import HostConditionChange
-from tests.server.builders import API, loop_topology, profile_doc, registration
+from tests.server.builders import API, host_key, loop_topology, profile_doc, registration
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client
 
@@ -443,6 +443,7 @@ def test_the_periodic_pass_does_not_cut_a_backoff_short(db_url: str) -> None:
     from stortune.server.reconciler import Reconciler
     from stortune.server.reconciler.queue import Backoff
     from stortune.server.services import hosts, profiles
+    from stortune.server.services.host_keys import Proof
 
     agents = FakeAgentClients()
     failing = agents.add(FakeAgentClient(address=ADDRESS, topology=loop_topology(), info=host_info()))
@@ -455,7 +456,7 @@ def test_the_periodic_pass_does_not_cut_a_backoff_short(db_url: str) -> None:
     with sessions() as session:
         for name in ("h1", "h2"):
             hosts.register(session, Registration.model_validate(registration(name)),
-                           lease_duration_s=15, now=clock())
+                           proof=Proof(host_key(name)), lease_duration_s=15, now=clock())
         profiles.create(session, profiles.validate(profile_doc()), clock())
 
     async def scenario() -> None:
@@ -485,6 +486,7 @@ def test_later_passes_spread_the_hosts_over_the_interval(db_url: str) -> None:
     from stortune.server.models.agents import Registration
     from stortune.server.reconciler import Reconciler
     from stortune.server.services import hosts
+    from stortune.server.services.host_keys import Proof
 
     names = ("h1", "h2", "h3", "h4")
     agents = FakeAgentClients()
@@ -497,7 +499,7 @@ def test_later_passes_spread_the_hosts_over_the_interval(db_url: str) -> None:
     with sessions() as session:
         for name in names:
             hosts.register(session, Registration.model_validate(registration(name)),
-                           lease_duration_s=15, now=clock())
+                           proof=Proof(host_key(name)), lease_duration_s=15, now=clock())
 
     def looked_at(name: str) -> bool:  # the reconciler wrote what it saw
         with sessions() as session:

@@ -17,10 +17,11 @@ import httpx
 import pytest
 from sqlalchemy import select
 
+from stortune.api.agent import HOST_KEY_HEADER
 from stortune.server.db.engine import make_engine
 from stortune.server.db.tables import Base
 from tests.server import hostile
-from tests.server.builders import API, loop_topology, profile_doc, registration
+from tests.server.builders import API, host_key, keyed, loop_topology, profile_doc, registration
 
 
 def free_port() -> int:
@@ -164,9 +165,15 @@ def test_no_secret_reaches_the_log_events_or_audit(db_url: str, tmp_path: Path) 
             secrets.append(made.json()["token"])
         viewer, operator, agent, support = (httpx.Client(base_url=server.base, timeout=10,
                                             headers={"Authorization": f"Bearer {s}"}) for s in secrets[3:])
+        key = keyed("h1")  # the agent's host key is a secret too
+        secrets.append(host_key("h1"))
         with viewer, operator, agent, support:
-            assert agent.post(f"{API}/agents/register",
+            assert agent.post(f"{API}/agents/register", headers=key,
                               json=registration("h1", topology=loop_topology())).status_code == 200
+            assert agent.post(f"{API}/agents/h1/heartbeat", headers={HOST_KEY_HEADER: "x" * 43},
+                              json={"topology_hash": "", "boot_id": "b"}).status_code == 403
+            assert agent.post(f"{API}/agents/h1/heartbeat", headers=key,
+                              json={"topology_hash": "", "boot_id": "b"}).status_code == 200
             assert operator.post(f"{API}/profiles", json=profile_doc()).status_code == 201
             assert operator.patch(f"{API}/hosts/h1/labels", json={"labels": {"a": "b"}}).status_code == 200
             assert viewer.post(f"{API}/profiles", json=profile_doc("x")).status_code == 403

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from stortune.server.db.tables import ApiToken, Base
-from tests.server.builders import API, loop_topology, profile_doc, registration
+from tests.server.builders import API, keyed, loop_topology, profile_doc, registration
 from tests.server.conftest import TokenFor
 from tests.server.support import FakeClock, TestClient, bearer
 
@@ -103,14 +103,16 @@ def test_last_used_is_written_about_once_a_minute(client: TestClient, clock: Fak
         return str(client.get(f"{TOKENS}/{made['id']}").json()["lastUsedAt"])
 
     beat = {"topology_hash": "", "boot_id": "boot-1"}
-    client.post(f"{API}/agents/register", json=registration("h1"), headers=bearer(made["token"]))
+    client.post(f"{API}/agents/register", json=registration("h1"), headers={**bearer(made["token"]),
+                                                                            **keyed("h1")})
     assert last_used().startswith(start.isoformat()[:19])
     for _ in range(5):  # heartbeats within the minute: no write
         clock.advance(11)
-        client.post(f"{API}/agents/h1/heartbeat", json=beat, headers=bearer(made["token"]))
+        client.post(f"{API}/agents/h1/heartbeat", json=beat, headers={**bearer(made["token"]),
+                                                                      **keyed("h1")})
     assert last_used().startswith(start.isoformat()[:19])
     clock.advance(11)
-    client.post(f"{API}/agents/h1/heartbeat", json=beat, headers=bearer(made["token"]))
+    client.post(f"{API}/agents/h1/heartbeat", json=beat, headers={**bearer(made["token"]), **keyed("h1")})
     assert last_used().startswith(clock.now.isoformat()[:19])
 
 
@@ -153,7 +155,8 @@ def test_a_support_token_sees_only_the_hosts_it_selects_until_it_expires(
 
 def test_an_agent_token_may_only_report(client: TestClient, token_for: TokenFor) -> None:
     agent = bearer(token_for("agent"))
-    assert client.post(f"{API}/agents/register", json=registration("h1"), headers=agent).status_code == 200
+    assert client.post(f"{API}/agents/register", json=registration("h1"),
+                       headers={**agent, **keyed("h1")}).status_code == 200
     assert client.get(f"{API}/hosts/h1", headers=agent).status_code == 403
     assert client.get(f"{API}/tokens", headers=agent).status_code == 403
     assert client.post(TOKENS, json={"role": "admin"}, headers=agent).status_code == 403

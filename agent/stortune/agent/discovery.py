@@ -45,6 +45,7 @@ from stortune.schemas.topology import (
     ScsiHost,
     Topology,
     Transport,
+    is_device_name,
 )
 
 __all__ = ["device_id", "discover", "partition_alignment", "split_lvm_name"]
@@ -234,6 +235,11 @@ class _Discovery:
         except OSError:
             return []
 
+    @classmethod
+    def device_names(cls, path: str) -> list[str]:
+        """The entries of a holders/ or slaves/ directory that ``device`` does not skip."""
+        return [name for name in cls.listdir(path) if is_device_name(name)]
+
     @staticmethod
     def link_name(path: str) -> str | None:
         """Name of the directory a symlink points to (by text: one readlink, no lstat walk)."""
@@ -318,6 +324,12 @@ class _Discovery:
     def device(self, name: str, path: str) -> _Node | None:
         if _SKIP.match(name):
             return None
+        if not is_device_name(name):
+            # The control plane refuses a topology naming it (schemas/topology.py), and the
+            # executor would refuse to write to it: one odd device must not hide the others.
+            self.warnings.append(f"{name!r}: not a kernel block device name stortune accepts;"
+                                 " device skipped")
+            return None
         if not os.path.isdir(path) or not os.access(path, os.R_OK | os.X_OK):
             self.warnings.append(
                 f"{name}: sysfs directory {self.rel(path) or path} is missing or unreadable;"
@@ -337,11 +349,11 @@ class _Discovery:
         dev.size_bytes = None if size is None else size * 512
         dev.read_only = _bool(self.read(f"{path}/ro"))
         dev.removable = _bool(self.read(f"{path}/removable"))
-        dev.holders = self.listdir(f"{path}/holders")
+        dev.holders = self.device_names(f"{path}/holders")
         if kind is DeviceKind.PARTITION:
             node.start = _int(self.read(f"{path}/start"))
             return node
-        dev.slaves = self.listdir(f"{path}/slaves")
+        dev.slaves = self.device_names(f"{path}/slaves")
         queue = f"{path}/queue"
         dev.logical_block_size = _int(self.read(f"{queue}/logical_block_size"))
         dev.physical_block_size = _int(self.read(f"{queue}/physical_block_size"))
@@ -479,9 +491,12 @@ class _Discovery:
             member_dirs = []
         for entry in member_dirs:
             member = f"{md}/{entry}"
+            device = self.link_name(f"{member}/block") or entry[4:]
+            if not is_device_name(device):
+                continue  # skipped as a device too (see ``device``)
             state = self.read(f"{member}/state")
             members.append(MdMember(
-                device=self.link_name(f"{member}/block") or entry[4:],
+                device=device,
                 slot=_int(self.read(f"{member}/slot")),  # "none" for spares -> None
                 state=state.split(",") if state else [],
                 errors=_int(self.read(f"{member}/errors")),

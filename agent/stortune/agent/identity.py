@@ -53,6 +53,8 @@ class Enrollment:
     server: str
     name: str
     token: str | None = field(default=None, repr=False)
+    #: This host's key (``hostkey``): the control plane asks for it once the name is enrolled.
+    host_key: str | None = field(default=None, repr=False)
     version: str = "0+unknown"
     timeout: float = 10.0
     backoff_base: float = 1.0
@@ -131,7 +133,8 @@ def request_certificate(enrollment: Enrollment, csr_pem: bytes) -> tuple[bytes, 
     _, data = call_json(urllib.request.build_opener(), enrollment.server.rstrip("/"), "POST",
                         "/api/v1/agents/certificate", {"name": enrollment.name, "csr": csr_pem.decode()},
                         what="certificate request", token=enrollment.token,
-                        timeout=enrollment.timeout, version=enrollment.version)
+                        timeout=enrollment.timeout, version=enrollment.version,
+                        host_key=enrollment.host_key)
     cert, ca = data.get("certificate"), data.get("ca")
     if not isinstance(cert, str) or not isinstance(ca, str):
         raise RequestFailed("certificate request: the answer has no certificate and CA")

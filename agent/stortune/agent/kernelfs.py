@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
 
 from stortune.schemas.catalog import Tunable
-
-# Kernel block device names: sda, nvme0n1p2, md126, dm-3, loop0, cciss!c0d0 ...
-_DEVICE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:!+-]{0,63}$")
+from stortune.schemas.topology import is_device_name
 
 
 class UnsafePathError(ValueError):
@@ -31,7 +28,7 @@ class KernelWriteError(OSError):
 
 
 def check_device_name(name: str) -> str:
-    if not name or "/" in name or "\x00" in name or ".." in name or not _DEVICE_NAME.match(name):
+    if not is_device_name(name):  # the topology model's rule: sda, nvme0n1p2, cciss!c0d0 ...
         raise UnsafePathError(f"device name {name!r} is not a kernel block device name")
     return name
 

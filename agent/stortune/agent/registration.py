@@ -13,6 +13,13 @@ Every call carries ``Authorization: Bearer TOKEN``, the agents' bootstrap token
 (``--token-file``); a 401 or 403 is retried with backoff like any failure, so
 a token fixed on the server side takes effect without restarting the agent.
 
+Every call also carries the host key (``X-Stortune-Host-Key``, ``hostkey``): the
+first registration of the name pins it, and the control plane refuses calls for
+an enrolled name without it (409 to a registration, 403 to a heartbeat or a
+topology update). Such a refusal is logged once, with what to do (an admin
+deletes the host, or the state directory is restored), and retried with a
+backoff ten times longer, so a refused agent does not fill the audit log.
+
 Heartbeats are small; the topology is sent only when its structure hash
 changed or the server asks for it. Every failure is retried with exponential
 backoff and full jitter (so a fleet that lost the server does not come back
@@ -39,6 +46,7 @@ from typing import Any
 
 from stortune.agent import local
 from stortune.agent.kernelfs import KernelFS
+from stortune.api.agent import HOST_KEY_HEADER
 from stortune.schemas.topology import Topology
 
 log = logging.getLogger("stortune.agent.registration")
@@ -61,15 +69,27 @@ class RegistrationConfig:
     agent_version: str = "0+unknown"
     #: The bearer token of role agent; never logged (repr=False).
     token: str | None = field(default=None, repr=False)
+    #: This host's key (``hostkey``); never logged.
+    host_key: str | None = field(default=None, repr=False)
+    #: Where the key is kept, for the message that says what to do when it is refused.
+    host_key_file: str = "STATE_DIR/host.key"
+    #: The backoff cap while the control plane refuses this host's identity (None: 10 x backoff_cap).
+    refused_backoff_cap: float | None = None
 
 
 class RequestFailed(Exception):
-    """The server did not accept a request; retry with backoff. ``status``: the HTTP status, if any."""
+    """The server did not accept a request; retry with backoff. ``status``: the HTTP status, if
+    any; ``fields``: what the server's answer named as at fault (its Status causes)."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, fields: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.status = status
+        self.fields = fields
 
+    @property
+    def identity_refused(self) -> bool:
+        """The control plane refused this host's key: the name is enrolled with another."""
+        return self.status in (403, 409) and any(HOST_KEY_HEADER in f for f in self.fields)
 
 
 class _Gone(Exception):
@@ -124,6 +144,16 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, urllib.error.URLError):
         return str(exc.reason)
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _fields(body: bytes) -> tuple[str, ...]:
+    """The fields a Status answer names in its causes; () for any other body."""
+    try:
+        data = json.loads(body)
+        causes = data["details"]["causes"]
+        return tuple(str(c["field"]) for c in causes if isinstance(c, dict) and "field" in c)
+    except (ValueError, TypeError, KeyError):
+        return ()
 
 
 _AUTH_HINTS = {
@@ -199,11 +229,15 @@ class Registrar:
                 continue
             except RequestFailed as exc:
                 failures += 1
-                delay = backoff_delay(failures, self.config.backoff_base, self.config.backoff_cap,
-                                      self._uniform)
-                self._transition("failing", logging.WARNING,
-                                 f"control plane {self._base}: {exc}; retrying with backoff"
-                                 f" (at most {self.config.backoff_cap:g} s apart)")
+                if exc.identity_refused:
+                    cap = self.config.refused_backoff_cap or 10 * self.config.backoff_cap
+                    self._transition("refused", logging.ERROR, self._refused_message(cap))
+                else:
+                    cap = self.config.backoff_cap
+                    self._transition("failing", logging.WARNING,
+                                     f"control plane {self._base}: {exc}; retrying with backoff"
+                                     f" (at most {cap:g} s apart)")
+                delay = backoff_delay(failures, self.config.backoff_base, cap, self._uniform)
                 log.debug("attempt %d failed (%s); next in %.2f s", failures, exc, delay)
                 continue
             except Exception:
@@ -232,6 +266,15 @@ class Registrar:
                     self._poked = False
                     return not self._stopped.is_set()
         return False
+
+    def _refused_message(self, cap: float) -> str:
+        name = self.name or self.config.name
+        return (f"control plane {self._base} refuses this agent as {name!r}: that name is enrolled with "
+                f"another host key. If this machine replaced the one enrolled as {name!r}, an admin "
+                f"deletes the host (DELETE /api/v1/hosts/{name} on the control plane) and this agent enrolls "
+                f"it at its next attempt; if it is the same machine, restore its state directory (the "
+                f"key is {self.config.host_key_file}) and restart the agent. Retrying at most "
+                f"{cap:g} s apart.")
 
     def _transition(self, state: str, level: int, message: str) -> None:
         if state != self._state:
@@ -303,17 +346,19 @@ class Registrar:
               what: str) -> tuple[int, dict[str, Any]]:
         return call_json(self._opener, self._base, method, path, body, what=what,
                          token=self.config.token, timeout=self.config.timeout,
-                         version=self.config.agent_version)
+                         version=self.config.agent_version, host_key=self.config.host_key)
 
 
 def call_json(opener: urllib.request.OpenerDirector, base: str, method: str, path: str,
               body: Mapping[str, Any], *, what: str, token: str | None, timeout: float,
-              version: str) -> tuple[int, dict[str, Any]]:
+              version: str, host_key: str | None = None) -> tuple[int, dict[str, Any]]:
     """(status, JSON object) for 2xx and 404; any other outcome raises RequestFailed."""
     headers = {"Content-Type": "application/json", "Accept": "application/json",
                "User-Agent": f"stortune-agent/{version}"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    if host_key:
+        headers[HOST_KEY_HEADER] = host_key
     # The scheme was checked by the caller: http(s) only, never file: or custom ones.
     request = urllib.request.Request(  # noqa: S310
         base + path, data=json.dumps(body).encode(), method=method, headers=headers)
@@ -325,9 +370,10 @@ def call_json(opener: urllib.request.OpenerDirector, base: str, method: str, pat
             raw = exc.read()
         if exc.code == 404:
             return 404, {}
-        hint = _AUTH_HINTS.get(exc.code, "")
+        fields = _fields(raw)
+        hint = "" if HOST_KEY_HEADER in "".join(fields) else _AUTH_HINTS.get(exc.code, "")
         raise RequestFailed(f"{what}: HTTP {exc.code} {exc.reason}: {_excerpt(raw)}{hint}",
-                            exc.code) from None
+                            exc.code, fields) from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise RequestFailed(f"{what}: {_reason(exc)}") from None
     if not 200 <= status < 300:

@@ -30,7 +30,7 @@ from types import FrameType
 
 import grpc
 
-from stortune.agent import daemon, identity, local, mtls
+from stortune.agent import daemon, hostkey, identity, local, mtls
 from stortune.agent.journal import BenchmarkBusyError, StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.registration import Registrar, RegistrationConfig, default_name, host_facts
@@ -133,11 +133,18 @@ class Agent:
         #: Converge at the next rescan even if the device graph did not change
         #: (a benchmark postponed the last attempt).
         self._retry = False
+        #: This host's key for the control plane (``hostkey``), read at start with --server.
+        self._host_key: str | None = None
 
     def start(self) -> str:
         """Converge, listen, register, watch devices; -> the bound address."""
         self._converge_at_start()
         self._hash = local.discover(self.fs).structure_hash()
+        if self.options.server:
+            try:
+                self._host_key = hostkey.load_or_create(self.state_dir)
+            except (hostkey.HostKeyError, OSError) as exc:
+                raise ServeError(f"cannot use this host's key: {exc}") from None
         self.tls = self._identity()
         self._server = self._listen()
         if self.options.server:
@@ -156,6 +163,7 @@ class Agent:
     def _enrollment(self) -> identity.Enrollment:
         assert self.options.server is not None
         return identity.Enrollment(server=self.options.server, name=self.name, token=self.options.token,
+                                   host_key=self._host_key,
                                    version=agent_version(), backoff_base=self.options.backoff_base,
                                    backoff_cap=self.options.backoff_cap)
 
@@ -243,7 +251,8 @@ class Agent:
             address=advertised_address(self.address, self.options.advertise),
             labels=dict(self.options.labels), heartbeat=self.options.heartbeat,
             backoff_base=self.options.backoff_base, backoff_cap=self.options.backoff_cap,
-            agent_version=version, token=self.options.token,
+            agent_version=version, token=self.options.token, host_key=self._host_key,
+            host_key_file=str(hostkey.path_in(self.state_dir)),
         )
         return Registrar(config, facts=lambda: host_facts(self.fs, version),
                          discover=self._uploaded_topology,

@@ -3,19 +3,72 @@
 Discovery (in the agent) fills these models from sysfs/procfs; the planner, the
 control plane and the CLI only read them. Anything the kernel did not show is
 ``None`` (unknown), never a guess.
+
+The control plane stores what agents upload and plans against it, so the model
+itself holds the limits, and every consumer gets them: a name that refers to a
+device is a kernel block device name (never a path), ``sysfs_path`` stays
+below the sysfs root, text is at most a sysfs page (``TEXT_MAX``) and counts
+are bounded (``MAX_DEVICES``). What the kernel reports always fits.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 #: The pseudo-target that carries host-wide tunables (procfs sysctls).
 HOST_TARGET = "host"
+
+#: Kernel block device names: sda, nvme0n1p2, md126, dm-3, loop0, pmem0.1, and cciss!c0d0
+#: (sysfs writes a '/' in a driver's name as '!'). A letter or digit first, no '/', no '..':
+#: a name is a path component and never a path. The kernel's own limit is 32 (DISK_NAME_LEN),
+#: partition suffixes included with room to spare.
+DEVICE_NAME_PATTERN = r"^[A-Za-z0-9](\.?[A-Za-z0-9_:!+-])*\.?$"
+DEVICE_NAME_MAX = 64
+_DEVICE_NAME = re.compile(DEVICE_NAME_PATTERN)
+#: One sysfs attribute's text (a page) and PATH_MAX: no text a kernel reports is longer.
+TEXT_MAX = 4096
+SYSFS_PATH_MAX = 1024
+#: Far beyond a real host (a SAN host with thousands of LUNs and paths), far below junk.
+MAX_DEVICES = 16384
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def is_device_name(name: str) -> bool:
+    return len(name) <= DEVICE_NAME_MAX and _DEVICE_NAME.fullmatch(name) is not None
+
+
+def _device_name(name: str) -> str:
+    if not is_device_name(name):
+        raise ValueError(f"{name!r} is not a kernel block device name (letters, digits and . _ : ! + -, "
+                         f"starting with a letter or a digit, no '..', at most {DEVICE_NAME_MAX} "
+                         "characters)")
+    return name
+
+
+def _sysfs_path(path: str) -> str:
+    if path.startswith("/") or _CONTROL.search(path) or any(
+            part in ("", ".", "..") for part in path.split("/")):
+        raise ValueError(f"{path[:100]!r} is not a path below the sysfs root (relative, no empty, "
+                         "'.' or '..' component, no control characters)")
+    return path
+
+
+def _absolute(path: str) -> str:
+    if not path.startswith("/") or "\x00" in path:
+        raise ValueError("must be an absolute path without NUL")
+    return path
+
+
+DeviceName = Annotated[str, Field(max_length=DEVICE_NAME_MAX, json_schema_extra={
+    "pattern": DEVICE_NAME_PATTERN}), AfterValidator(_device_name)]
+DeviceNames = Annotated[list[DeviceName], Field(max_length=MAX_DEVICES)]
+SysfsPath = Annotated[str, Field(max_length=SYSFS_PATH_MAX), AfterValidator(_sysfs_path)]
 
 
 class DeviceKind(StrEnum):
@@ -42,7 +95,8 @@ Transport = Literal["sata", "sas", "nvme", "virtio", "fc", "iscsi", "usb", "scsi
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=False)
+    # str_max_length: every string of the topology, dict keys and list items included.
+    model_config = ConfigDict(extra="forbid", frozen=False, str_max_length=TEXT_MAX)
 
 
 def _absent(value: object) -> bool:
@@ -91,11 +145,11 @@ class TunableState(_Model):
 
 
 class Mount(_Model):
-    mountpoint: str
+    mountpoint: Annotated[str, AfterValidator(_absolute)]
     fstype: str
     source: str
-    options: list[str]
-    super_options: list[str] = Field(default_factory=list)
+    options: list[str] = Field(max_length=256)
+    super_options: list[str] = Field(default_factory=list, max_length=256)
 
 
 class ScsiHost(_Model):
@@ -122,7 +176,7 @@ class PartitionInfo(_Model):
 
 
 class MdMember(_Model):
-    device: str  # kernel name of the member (sdb1)
+    device: DeviceName  # kernel name of the member (sdb1)
     slot: int | None = None
     state: list[str] = Field(default_factory=list)  # in_sync, faulty, spare, write_mostly...
     errors: int | None = None
@@ -132,7 +186,7 @@ class MdInfo(_Model):
     level: str | None = None  # raid0/1/4/5/6/10, linear
     chunk_bytes: int | None = None
     raid_disks: int | None = None
-    members: list[MdMember] = Field(default_factory=list)
+    members: list[MdMember] = Field(default_factory=list, max_length=MAX_DEVICES)
     degraded: int | None = None
     sync_action: str | None = None
     array_state: str | None = None
@@ -144,17 +198,20 @@ class DmInfo(_Model):
     name: str | None = None
     uuid: str | None = None
     type: Literal["lvm", "multipath", "crypt", "other"] = "other"
-    paths: list[str] = Field(default_factory=list, description="Multipath paths (slave devices)")
+    paths: DeviceNames = Field(default_factory=list, description="Multipath paths (slave devices)")
     vg: str | None = None
     lv: str | None = None
 
 
 class Device(_Model):
-    name: str = Field(description="Kernel name, e.g. sda, nvme0n1, md126, dm-3")
+    name: DeviceName = Field(description="Kernel name, e.g. sda, nvme0n1, md126, dm-3")
     kind: DeviceKind
-    id: str = Field(description="Stable id: wwn:/wwid:/serial:/uuid: prefixed, else name:")
-    devno: str | None = None  # major:minor
-    sysfs_path: str | None = Field(default=None, description="Resolved path relative to the sysfs root")
+    # Room for a prefix and a whole path (loop:BACKING_FILE).
+    id: str = Field(max_length=2 * TEXT_MAX,
+                    description="Stable id: wwn:/wwid:/serial:/uuid: prefixed, else name:")
+    devno: str | None = Field(default=None, pattern=r"^[0-9]{1,10}:[0-9]{1,10}$")  # major:minor
+    sysfs_path: SysfsPath | None = Field(default=None,
+                                         description="Resolved path relative to the sysfs root")
     size_bytes: int | None = None
     logical_block_size: int | None = None
     physical_block_size: int | None = None
@@ -172,24 +229,36 @@ class Device(_Model):
     scsi_address: str | None = None  # H:C:T:L
     scsi_host: ScsiHost | None = None
     driver: str | None = Field(default=None, description="Driver bound to the device's controller")
-    roles: list[Role] = Field(default_factory=list)
-    parent: str | None = Field(default=None, description="Whole disk of a partition")
-    partitions: list[str] = Field(default_factory=list)
-    slaves: list[str] = Field(default_factory=list, description="Devices this one is built on")
-    holders: list[str] = Field(default_factory=list, description="Devices built on this one")
+    roles: list[Role] = Field(default_factory=list, max_length=len(Role))
+    parent: DeviceName | None = Field(default=None, description="Whole disk of a partition")
+    partitions: DeviceNames = Field(default_factory=list)
+    slaves: DeviceNames = Field(default_factory=list, description="Devices this one is built on")
+    holders: DeviceNames = Field(default_factory=list, description="Devices built on this one")
     partition: PartitionInfo | None = None
     md: MdInfo | None = None
     dm: DmInfo | None = None
-    mounts: list[Mount] = Field(default_factory=list)
-    tunables: dict[str, TunableState] = Field(default_factory=dict)
+    mounts: list[Mount] = Field(default_factory=list, max_length=MAX_DEVICES)
+    tunables: dict[str, TunableState] = Field(default_factory=dict, max_length=256)
 
 
 class Topology(_Model):
     hostname: str | None = None
     kernel: str | None = None
-    devices: list[Device] = Field(default_factory=list)
-    host_tunables: dict[str, TunableState] = Field(default_factory=dict)
-    warnings: list[str] = Field(default_factory=list, description="What discovery could not read")
+    devices: list[Device] = Field(default_factory=list, max_length=MAX_DEVICES)
+    host_tunables: dict[str, TunableState] = Field(default_factory=dict, max_length=256)
+    warnings: list[Annotated[str, Field(max_length=2 * TEXT_MAX)]] = Field(
+        default_factory=list, max_length=4 * MAX_DEVICES, description="What discovery could not read")
+
+    @field_validator("devices")
+    @classmethod
+    def _one_device_per_name(cls, devices: list[Device]) -> list[Device]:
+        seen: dict[str, int] = {}
+        for i, dev in enumerate(devices):
+            first = seen.setdefault(dev.name, i)
+            if first != i:
+                raise ValueError(f"devices[{i}].name {dev.name!r} is also devices[{first}]'s: "
+                                 "a kernel name belongs to one device")
+        return devices
 
     def device(self, name: str) -> Device | None:
         for dev in self.devices:

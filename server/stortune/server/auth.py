@@ -48,6 +48,8 @@ class Permission(StrEnum):
     READ_BENCHMARKS = "read benchmarks"
     RUN_BENCHMARKS = "run benchmarks"
     REPORT_AS_AGENT = "report as an agent"  # register, heartbeat, topology
+    # The agent calls for an enrolled host without its host key (services/host_keys.py).
+    ACT_FOR_ANY_HOST = "act for any host"
     MANAGE_TOKENS = "manage tokens"
     READ_AUDIT = "read the audit log"
 
@@ -56,8 +58,8 @@ _P = Permission
 _READ = frozenset({_P.READ_PROFILES, _P.READ_HOSTS, _P.READ_EVENTS, _P.READ_BENCHMARKS})
 
 #: The one table of who may do what. Admin is everything, the agent calls
-#: included (an admin may register a host by hand); the bootstrap token of
-#: agents may do nothing else.
+#: included (an admin may register a host by hand, for any host); the bootstrap
+#: token of agents may do nothing else, and for an enrolled host only with its key.
 ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = {
     Role.ADMIN: frozenset(Permission),
     Role.OPERATOR: _READ | {_P.WRITE_PROFILES, _P.LABEL_HOSTS, _P.RUN_BENCHMARKS},

@@ -139,13 +139,13 @@ class AccessControl:
             if message["type"] == "http.response.start" and not started:
                 started = True
                 # Written before the answer leaves: whoever sees the answer can find the record.
-                if audit.wanted(scope):
+                if audit.wanted(scope, message["status"]):
                     await self.auditor.record(scope, principal, message["status"])
             await send(message)
 
         try:
             await self.app(scope, receive, send_and_audit)
         except Exception:
-            if not started and audit.wanted(scope):
+            if not started and audit.wanted(scope, 500):
                 await self.auditor.record(scope, principal, 500)
             raise

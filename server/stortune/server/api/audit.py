@@ -2,7 +2,8 @@
 
 Every mutating call (POST, PUT, PATCH, DELETE) under /api/v1 by an
 authenticated caller is audited, whatever its outcome (403 and other 4xx
-included), unless its endpoint says ``@not_audited``; a GET is audited when
+included), unless its endpoint says ``@not_audited``, or ``@audited_when_refused``
+(heartbeats: only the calls answered with an error); a GET is audited when
 its endpoint says ``@audited`` (diagnostics downloads). Unauthenticated calls
 are refused before any route runs and only logged: a client without a token
 must not be able to make the server write to its database.
@@ -29,6 +30,7 @@ log = logging.getLogger(__name__)
 
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 _POLICY = "__stortune_audit__"
+_REFUSED = "refused"
 _RESOURCE = "stortune.audit.resource"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -46,14 +48,24 @@ def not_audited(endpoint: F) -> F:
     return endpoint
 
 
+def audited_when_refused(endpoint: F) -> F:
+    """Audit only the calls answered with an error (4xx, 5xx): machine traffic whose refusals
+    someone must be able to find (a heartbeat for a host without its key)."""
+    setattr(endpoint, _POLICY, _REFUSED)
+    return endpoint
+
+
 def note_resource(request: Request, resource: str) -> None:
     """Name what the call is about when the path does not (POST /profiles -> profiles/NAME)."""
     request.scope[_RESOURCE] = resource
 
 
-def wanted(scope: Scope) -> bool:
+def wanted(scope: Scope, code: int) -> bool:
+    """Whether a call answered with ``code`` is audited."""
     endpoint = getattr(scope.get("route"), "endpoint", None)
     policy = getattr(endpoint, _POLICY, None)
+    if policy == _REFUSED:
+        return code >= 400
     return bool(policy) if policy is not None else scope["method"] in MUTATING
 
 

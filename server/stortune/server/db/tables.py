@@ -84,6 +84,9 @@ class Host(Base):
     status: Mapped[dict[str, Any]]
     # profile name -> generation the agent last applied; what profile finalizers wait on
     applied_generations: Mapped[dict[str, int]]
+    # SHA-256 of the host key its agent enrolled with (services/host_keys.py); None: not pinned
+    # (registered before host keys, or by an admin without one).
+    host_key_sha256: Mapped[str | None] = mapped_column(String(64))
 
     __mapper_args__ = {"version_id_col": resource_version, "version_id_generator": False}
 

@@ -116,12 +116,7 @@ def _devices(raw: list[dict[str, Any]]) -> tuple[DeviceSetting, ...]:
 
 
 def _topology(raw: dict[str, Any] | None) -> Topology | None:
-    if raw is None:
-        return None
-    try:
-        return Topology.model_validate(raw)
-    except ValidationError:  # an older model: ask the agent for it again
-        return None
+    return hosts.stored_topology(raw)  # None for an older model: ask the agent for it again
 
 
 def write(sessions: Sessions, name: str, update: Update, now: datetime) -> bool:

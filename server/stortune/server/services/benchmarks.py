@@ -128,7 +128,7 @@ def preview(session: Session, spec: BenchmarkSpec, names: Sequence[str]) -> list
     out = []
     for name in names:
         raw = session.scalar(select(Host.topology).where(Host.name == name))
-        topology = Topology.model_validate(raw) if raw is not None else None
+        topology = hosts.stored_topology(raw)
         target, target_facts, problems = _target(spec, topology)
         out.append(HostPreview(name, target, spec.steps(target_facts), problems))
     return out

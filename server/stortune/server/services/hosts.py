@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+from pydantic import ValidationError
 from sqlalchemy import Table, bindparam, select, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.orm import Session, defer
@@ -19,8 +20,9 @@ from stortune.server.db.tables import AgentIdentity, Host, HostConditionChange, 
 from stortune.server.errors import NotFound
 from stortune.server.models.agents import Heartbeat, Registration, TopologyUpload
 from stortune.server.models.hosts import ConditionStatus, DeviceSetting
-from stortune.server.services import events, finalizers
+from stortune.server.services import events, finalizers, host_keys
 from stortune.server.services.events import EventType
+from stortune.server.services.host_keys import Proof
 from stortune.server.services.versions import next_resource_version
 
 KIND = "Host"
@@ -191,6 +193,17 @@ def _settle_ready(session: Session, host: Host, now: datetime) -> None:
     set_condition(session, host, type=READY, status=status, reason=reason, message=message, now=now)
 
 
+def stored_topology(raw: Mapping[str, Any] | None) -> Topology | None:
+    """A host's stored topology, or None when there is none or it no longer validates (stored by
+    an older server, before the model's limits): the reconciler then asks the agent again."""
+    if raw is None:
+        return None
+    try:
+        return Topology.model_validate(raw)
+    except ValidationError:
+        return None
+
+
 def _store_topology(host: Host, topology: Topology, topology_hash: str) -> bool:
     digest = topology_hash or topology.structure_hash()
     changed = digest != host.topology_hash
@@ -200,11 +213,18 @@ def _store_topology(host: Host, topology: Topology, topology_hash: str) -> bool:
 
 
 def register(
-    session: Session, reg: Registration, *, lease_duration_s: float, now: datetime
+    session: Session, reg: Registration, *, proof: Proof, lease_duration_s: float, now: datetime
 ) -> tuple[Host, bool]:
-    """Create or refresh a host from its agent; returns it and whether its topology is wanted."""
+    """Create or refresh a host from its agent; returns it and whether its topology is wanted.
+
+    A new name is pinned to the key ``proof`` presents; an enrolled one is refreshed only by a
+    call that proves it (Conflict otherwise, and nothing changes).
+    """
     version = next_resource_version(session)
     host = session.get(Host, reg.name)
+    if host is not None and not proof.proves(host.host_key_sha256):
+        session.rollback()
+        raise host_keys.taken(reg.name, proof)
     expires = now + timedelta(seconds=lease_duration_s)
     boot_id = reg.facts.boot_id
     facts = reg.facts.model_dump(mode="json", exclude_none=True)
@@ -212,7 +232,7 @@ def register(
         host = Host(
             name=reg.name, uid=str(uuid.uuid4()), labels={}, reported_labels=reg.labels,
             address=reg.address, facts=facts, topology=None, topology_hash=None, boot_id=boot_id,
-            registered_at=now, ready=False,
+            registered_at=now, ready=False, host_key_sha256=proof.pin(reg.name),
             lease_expired=False, resource_version=version, status={}, applied_generations={},
         )
         session.add(host)
@@ -220,6 +240,8 @@ def register(
         events.record(session, kind=KIND, name=host.name, host=host.name, type="Normal",
                       reason="Registered", message=f"agent at {reg.address} registered", now=now)
     else:
+        if host.host_key_sha256 is None:  # registered before host keys, or by an admin: pinned now
+            host.host_key_sha256 = proof.pin(reg.name)
         if boot_id and host.boot_id and boot_id != host.boot_id:
             _rebooted(session, host, boot_id, now)
         host.reported_labels = reg.labels
@@ -265,27 +287,35 @@ _LEASES, _HOSTS = cast(Table, HostLease.__table__), cast(Table, Host.__table__)
 _RENEW = (update(_LEASES).where(_LEASES.c.name == bindparam("host"))
           .values(renew_time=bindparam("renew"), expire_time=bindparam("expire"))
           .returning(_LEASES.c.name))
-_SEEN_AS = select(_HOSTS.c.topology_hash, _HOSTS.c.boot_id, _HOSTS.c.lease_expired).where(
-    _HOSTS.c.name == bindparam("host"))
+_SEEN_AS = select(_HOSTS.c.topology_hash, _HOSTS.c.boot_id, _HOSTS.c.lease_expired,
+                  _HOSTS.c.host_key_sha256).where(_HOSTS.c.name == bindparam("host"))
 
 
 def heartbeat(
-    session: Session, name: str, beat: Heartbeat, *, lease_duration_s: float, now: datetime
+    session: Session, name: str, beat: Heartbeat, *, proof: Proof, lease_duration_s: float,
+    now: datetime,
 ) -> tuple[datetime, bool]:
     """Renew the lease; returns its new expiry and whether the topology is wanted.
 
-    The common case is one UPDATE. A host whose lease had expired or that came
-    back with a new boot id takes a second, ordinary write transaction:
-    starting it after the first commit keeps the lock order (counter first) of
-    every other write.
+    The common case is one UPDATE and one SELECT, which also reads the host's pinned key: a
+    call that does not prove it is Forbidden and its transaction rolled back, so the lease
+    is not renewed. (The UPDATE stays first: on SQLite a transaction that read before it
+    wrote would fail at once whenever another writer committed in between, db/engine.py.)
+    A host whose lease had expired or that came back with a new boot id takes a second,
+    ordinary write transaction: starting it after the first commit keeps the lock order
+    (counter first) of every other write.
     """
     expires = now + timedelta(seconds=lease_duration_s)
     renewed = session.execute(_RENEW, {"host": name, "renew": now, "expire": expires}).one_or_none()
     known = session.execute(_SEEN_AS, {"host": name}).one_or_none()
-    session.commit()
     if renewed is None or known is None:
+        session.rollback()
         raise NotFound(KIND, name)
-    stored_hash, boot_id, lapsed = known
+    stored_hash, boot_id, lapsed, pinned = known
+    if not proof.proves(pinned):
+        session.rollback()
+        raise host_keys.forbidden(name, proof, "heartbeat")
+    session.commit()
     rebooted = bool(beat.boot_id) and bool(boot_id) and beat.boot_id != boot_id
     if rebooted or lapsed:
         _revive(session, name, beat.boot_id if rebooted else None, now)
@@ -311,9 +341,13 @@ def _revive(session: Session, name: str, boot_id: str | None, now: datetime) -> 
     session.commit()
 
 
-def store_topology(session: Session, name: str, upload: TopologyUpload, now: datetime) -> tuple[Host, bool]:
+def store_topology(session: Session, name: str, upload: TopologyUpload, *, proof: Proof,
+                   now: datetime) -> tuple[Host, bool]:
     version = next_resource_version(session)
     host = _get(session, name)
+    if not proof.proves(host.host_key_sha256):
+        session.rollback()
+        raise host_keys.forbidden(name, proof, "topology upload")
     changed = _store_topology(host, upload.topology, upload.topology_hash)
     host.resource_version = version
     if changed:
@@ -345,8 +379,18 @@ def set_labels(
     return host
 
 
+def check_enrolled_key(session: Session, name: str, proof: Proof) -> None:
+    """Conflict unless ``proof`` may act for host ``name`` (any call may for a name not enrolled)."""
+    pinned = session.scalar(select(Host.host_key_sha256).where(Host.name == name))
+    # A read-only transaction, ended here: on SQLite a write that follows a read in the same
+    # transaction fails at once when another writer committed in between (db/engine.py).
+    session.rollback()
+    if not proof.proves(pinned):
+        raise host_keys.taken(name, proof)
+
+
 def delete(session: Session, name: str, now: datetime) -> Host:
-    """Declare a host gone: profile finalizers stop waiting for it."""
+    """Declare a host gone: profile finalizers stop waiting for it (and its key pin goes with it)."""
     next_resource_version(session)
     host = _get(session, name)
     session.delete(host)

@@ -16,7 +16,6 @@ from stortune.schemas.documents import DocumentError, parse_profile
 from stortune.schemas.plan import Plan
 from stortune.schemas.planner import plan
 from stortune.schemas.profile import LabelSelector, StorageProfile
-from stortune.schemas.topology import Topology
 from stortune.server.controller import request_reconcile
 from stortune.server.db.tables import Host, Profile
 from stortune.server.errors import AlreadyExists, Cause, Conflict, Invalid, NotFound
@@ -287,11 +286,12 @@ def plans(session: Session, put: Sequence[StorageProfile] = (), delete: Collecti
         labels = host.effective_labels
         if host.name not in holding and not any(s.matches(labels) for s in selectors):
             continue
-        if host.topology is None:
+        topology = hosts.stored_topology(host.topology)
+        if topology is None:
             result[host.name] = None
             continue
         selected = [p for p in (*put, *kept) if p.spec.hostSelector and p.spec.hostSelector.matches(labels)]
-        result[host.name] = plan(selected, Topology.model_validate(host.topology))
+        result[host.name] = plan(selected, topology)
     return result
 
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session, sessionmaker
 
-from stortune.server.api.audit import not_audited, note_resource
+from stortune.api.agent import HOST_KEY_HEADER
+from stortune.server.api.audit import audited_when_refused, note_resource
 from stortune.server.api.deps import HostName, NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.security import Authorized
@@ -25,38 +26,60 @@ from stortune.server.models.agents import (
     TopologyAccepted,
     TopologyUpload,
 )
-from stortune.server.services import hosts
+from stortune.server.services import host_keys, hosts
 from stortune.server.services.agent_pki import AgentPki, PkiRefusal
+from stortune.server.services.host_keys import Proof
 from stortune.server.services.pacing import FleetSize, Pace
 from stortune.server.settings import Settings
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
-# The agents' bootstrap token (role agent) may make these calls and nothing else.
+# The agents' bootstrap token (role agent) may make these calls and nothing else,
+# and for an enrolled host only with the host's key (services/host_keys.py).
 # Registration and topology uploads are audited: they decide which address the
-# control plane dials for a host and what it plans there. Heartbeats are not:
-# they are no one's action, and every agent sends one every few seconds.
+# control plane dials for a host and what it plans there. Heartbeats only when
+# refused: accepted ones are no one's action, and every agent sends one every few
+# seconds.
 Agent = Annotated[Principal, Authorized(Permission.REPORT_AS_AGENT)]
 
+# Read from the headers rather than declared as a parameter: the heartbeat is the hottest
+# call, and each declared parameter costs every request. Documented here instead.
+_HOST_KEY_DOC: dict[str, Any] = {"parameters": [{
+    "name": HOST_KEY_HEADER, "in": "header", "required": False,
+    "schema": {"type": "string", "maxLength": host_keys.MAX_LENGTH},
+    "description": "The agent's host key: pinned at the host's first registration, then required "
+                   "for every agent call for the host (an admin may act without it)"}]}
 
-@router.post("/register")
+
+def proof_of(who: Principal, request: Request) -> Proof:
+    return Proof(request.headers.get(HOST_KEY_HEADER), who.can(Permission.ACT_FOR_ANY_HOST))
+
+
+@router.post("/register", openapi_extra=_HOST_KEY_DOC, responses={
+    409: {"description": "the name is enrolled with another host key"}})
 def register(
     *, who: Agent, body: Registration, session: SessionDep, settings: SettingsDep, now: NowDep,
     request: Request,
 ) -> RegistrationAccepted:
-    """Create or refresh the host. Reported labels are kept apart from API-set ones, which win."""
+    """Create or refresh the host. Reported labels are kept apart from API-set ones, which win.
+
+    A new name is pinned to the host key sent with it; an enrolled one is refreshed only with
+    that key (409 otherwise) or by an admin.
+    """
     note_resource(request, f"hosts/{body.name}")
     fleet: FleetSize = request.app.state.fleet_size
     paced = fleet.pace(settings, joining=True)
-    host, wanted = hosts.register(session, body, lease_duration_s=paced.lease_s, now=now)
+    host, wanted = hosts.register(session, body, proof=proof_of(who, request),
+                                  lease_duration_s=paced.lease_s, now=now)
     return RegistrationAccepted(name=host.name, heartbeat_interval_s=paced.interval_s,
                                 lease_duration_s=paced.lease_s, topology_wanted=wanted)
 
 
-@router.post("/{name}/heartbeat", responses=NOT_FOUND)
-@not_audited
+@router.post("/{name}/heartbeat", openapi_extra=_HOST_KEY_DOC, responses={
+    **NOT_FOUND, 403: {"description": "without the host's key"}})
+@audited_when_refused
 async def heartbeat(*, who: Agent, name: HostName, body: Heartbeat, request: Request) -> HeartbeatAccepted:
-    """Renew the lease. 404 means: register again."""
+    """Renew the lease. 404 means: register again; 403: the host key is not the host's."""
     # The hottest call (every agent, every few seconds): one trip to the threadpool for
     # the whole database part, and the app's state read here rather than through more
     # dependencies, each of which costs a request noticeable CPU.
@@ -65,40 +88,46 @@ async def heartbeat(*, who: Agent, name: HostName, body: Heartbeat, request: Req
     fleet: FleetSize = state.fleet_size
     settings: Settings = state.settings
     now: datetime = state.clock()
+    proof = proof_of(who, request)
 
     def renew() -> tuple[Pace, datetime, bool]:
         with sessions() as session:
             paced = fleet.pace(settings)
-            return paced, *hosts.heartbeat(session, name, body, lease_duration_s=paced.lease_s, now=now)
+            return paced, *hosts.heartbeat(session, name, body, proof=proof, lease_duration_s=paced.lease_s,
+                                           now=now)
 
     paced, expires, wanted = await run_in_threadpool(renew)
     return HeartbeatAccepted(lease_expires=expires, topology_wanted=wanted,
                              heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s)
 
 
-@router.put("/{name}/topology", responses=NOT_FOUND)
+@router.put("/{name}/topology", openapi_extra=_HOST_KEY_DOC, responses={
+    **NOT_FOUND, 403: {"description": "without the host's key"}})
 def put_topology(
-    who: Agent, name: HostName, body: TopologyUpload, session: SessionDep, now: NowDep
+    *, who: Agent, name: HostName, body: TopologyUpload, session: SessionDep, now: NowDep, request: Request,
 ) -> TopologyAccepted:
-    host, changed = hosts.store_topology(session, name, body, now)
+    host, changed = hosts.store_topology(session, name, body, proof=proof_of(who, request), now=now)
     return TopologyAccepted(name=host.name, topology_hash=host.topology_hash or "", changed=changed)
 
 
-@router.post("/certificate", responses={409: {"description": "plaintext control plane, or the name "
-                                                          "belongs to another agent's key"}})
+@router.post("/certificate", openapi_extra=_HOST_KEY_DOC, responses={409: {
+    "description": "plaintext control plane, or the name belongs to another agent's key or host key"}})
 def issue_certificate(
     *, who: Agent, body: CertificateRequest, request: Request, session: SessionDep, now: NowDep,
 ) -> CertificateIssued:
     """Sign the agent's CSR: a server certificate naming the host it registers as.
 
     The first key to ask for a name keeps it: another key asking for the same
-    name is refused (409) until an admin deletes the host.
+    name is refused (409) until an admin deletes the host. For an enrolled host
+    the request must also carry the host key (409 otherwise), so that a
+    certificate for its name goes to no one else.
     """
     note_resource(request, f"hosts/{body.name}")
     pki: AgentPki | None = request.app.state.agent_pki
     if pki is None:
         raise Conflict("this control plane dials its agents in plaintext (--insecure) and issues no "
                        "certificates; run the agent with --insecure too")
+    hosts.check_enrolled_key(session, body.name, proof_of(who, request))
     try:
         cert, expires = pki.issue(session, body.name, body.csr.encode(), now)
     except PkiRefusal as exc:
