@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from stortune.cli import bench, manifests, render, sync
+from stortune.cli import audit, bench, manifests, render, sync
 from stortune.cli.client import (
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT,
@@ -233,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("id", help="the token's id (stortune token list)")
 
     bench.add_parser(sub, connection_options=_connection_options, parser_class=Parser)
+    audit.add_parser(sub, connection_options=_connection_options, limit=_positive_int)
     return parser
 
 
@@ -473,7 +474,7 @@ def _diag(args: argparse.Namespace, client: Client, out: Output) -> int:
 
 COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Client, Output], int]]] = {
     "apply": _apply, "diff": _diff, "get": _get, "describe": _describe, "label": _label,
-    "token": _token, "diag": _diag, "bench": bench.command,
+    "token": _token, "diag": _diag, "bench": bench.command, "audit": audit.command,
 }
 
 
