@@ -16,9 +16,10 @@ import yaml
 from stortune.cli import bench
 from stortune.cli.client import BenchmarkRun, Client
 from stortune.cli.render import Output
+from stortune.schemas.topology import Device, DeviceKind
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.agentclient import AgentRejected, FakeAgentClients
-from tests.cli.conftest import ControlPlane, Run, serve
+from tests.cli.conftest import ControlPlane, Run, raid_volume, serve
 from tests.server.benchfakes import BenchAgent, steady
 
 ADDRESS = "127.0.0.1:9"  # what ControlPlane.register advertises
@@ -393,3 +394,39 @@ def test_compare_leads_with_the_objective_and_says_which_metric_made_it_exit_2(
     objective = {(r["step"], r["metric"]) for r in as_json["rows"] if r["objective"]}
     assert ("seq-1m/read", "read_bandwidth") in objective and ("seq-1m/read", "cpu_sys") not in objective
 
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def demo_loop(backing: str) -> Device:
+    """The scratch loop device of `./dev up`, as discovery reports it (id: its backing file)."""
+    return Device(name="loop7", kind=DeviceKind.LOOP, id=f"loop:{backing}", size_bytes=256 << 20,
+                  rotational=False)
+
+
+@pytest.mark.parametrize("example", sorted((EXAMPLES / "benchmarks").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_benchmark_examples_run_on_dev_ups_scratch_loop_device_only(
+        stortune: Run, control_plane: ControlPlane, example: Path) -> None:
+    """A newcomer's first benchmark: the example selects the agent `./dev up` starts, and on it the
+    loop device over state/stortune-demo.img, not another device of the host."""
+    control_plane.register("laptop", {"stortune.dev/demo": "true"}, devices=[
+        demo_loop("/home/me/stortune/state/stortune-demo.img"), demo_loop("/var/lib/images/vm.img"),
+        raid_volume()])
+    control_plane.register("web-1", {"role": "streamer"})  # not a demo host: not selected
+    planned = stortune("bench", "run", "--dry-run", "-f", str(example), "-o", "json")
+    assert planned.code == 0, planned.err
+    (host,) = json.loads(planned.out)["hosts"]
+    assert host["host"] == "laptop" and host["problems"] == []
+    assert host["target"] == "loop7"
+    assert {s["repeats"] for s in host["steps"]} == {3}
+
+
+def test_apply_passes_over_the_benchmark_examples(stortune: Run, control_plane: ControlPlane) -> None:
+    """`stortune apply -f examples/` (the README's first step) applies the profiles; the
+    BenchmarkSpecs in examples/benchmarks/ are for `bench run`, not an error."""
+    assert len(list((EXAMPLES / "benchmarks").glob("*.yaml"))) >= 1  # a newcomer has one to run
+    applied = stortune("apply", "-f", str(EXAMPLES))
+    assert applied.code == 0, applied.err
+    assert not any("local-demo-seq" in line for line in applied.out.splitlines())
+    only_specs = stortune("apply", "-f", str(EXAMPLES / "benchmarks"))
+    assert only_specs.code == 1 and "no StorageProfile documents found" in only_specs.err
