@@ -30,7 +30,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
-from stortune.cli.client import JSON, BenchmarkRun, Client
+from stortune.cli.client import JSON, BenchmarkRun, Client, ClientError
 from stortune.cli.render import Cell, Output, Row, age
 from stortune.schemas.bench import metrics
 from stortune.schemas.bench.objectives import objectives, threshold_globs
@@ -323,7 +323,10 @@ def summarize_run(out: Output, run: BenchmarkRun, client: Client) -> None:
     if noisy:
         out.line(f"  noisy (CV above 5%: add repeats, or quiet the host): {'; '.join(noisy)}", "yellow")
     if run.state == "done":
-        judgement = client.benchmark_judgement(run.id)
+        try:
+            judgement = client.benchmark_judgement(run.id)
+        except ClientError:  # an extra: the run's own outcome and exit code stand without it
+            judgement = {}
         if judgement.get("baseline"):
             worse = regressions(_dicts(judgement.get("rows")))
             base = _obj(judgement, "baselineRun")
