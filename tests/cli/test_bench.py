@@ -331,6 +331,7 @@ def test_run_message_does_not_repeat_the_state() -> None:
     assert bench.run_message(run("done", "done: 36 step run(s)")) == "36 step run(s)"
     assert bench.run_message(run("done", "done")) == ""
     assert bench.run_message(run("failed", "refused by the agent: no fio")) == "refused by the agent: no fio"
+    assert bench.run_message(run("failed", "failed to start fio")) == "failed to start fio"
 
 
 def noisy_tail(step: Any, repeat: int) -> dict[str, float]:

@@ -260,10 +260,9 @@ def _run(args: argparse.Namespace, client: Client, out: Output) -> int:
 def run_message(run: BenchmarkRun) -> str:
     """The run's message without the state it repeats ('done: 36 step run(s)' of a done run)."""
     message = run.message.strip()
-    for prefix in (f"{run.state}: ", f"{run.state}:", run.state):
-        if message.startswith(prefix):
-            return message[len(prefix):].strip()
-    return message
+    if message == run.state:
+        return ""
+    return message.removeprefix(f"{run.state}:").strip()
 
 
 def _steps(result: JSON) -> list[WorkloadStep]:
