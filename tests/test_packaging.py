@@ -14,6 +14,17 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+DOCS_PROBE = """
+import sys
+from fastapi.testclient import TestClient
+from stortune.server import Settings, create_app
+from stortune.server.api.docs import ASSETS
+client = TestClient(create_app(Settings(db_url="sqlite:///" + sys.argv[1])))
+for path in ["/docs", "/redoc", *("/docs/assets/" + name for name in ASSETS)]:
+    print(client.get(path).status_code)
+"""
+
+
 @pytest.mark.slow
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
@@ -45,6 +56,12 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
         out = subprocess.run([str(env_dir / "bin" / script), "--help"], check=True,
                              capture_output=True, text=True)
         assert "usage:" in out.stdout
+
+    # /docs and /redoc serve their scripts from the installed wheel's dependencies, not a CDN
+    docs = subprocess.run([str(py), "-c", DOCS_PROBE, str(tmp_path / "docs.db")], capture_output=True,
+                          text=True, cwd=tmp_path, check=False)
+    assert docs.returncode == 0, docs.stderr
+    assert docs.stdout.split() == ["200"] * 6, docs.stdout
 
     agent = env_dir / "bin" / "stortune-agent"
     out = subprocess.run([str(agent), "--help"], check=True, capture_output=True, text=True)

@@ -14,11 +14,12 @@ import pytest
 import yaml
 
 from stortune.cli import bench
-from stortune.cli.client import Client
+from stortune.cli.client import BenchmarkRun, Client
 from stortune.cli.render import Output
+from stortune.schemas.topology import Device, DeviceKind
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.agentclient import AgentRejected, FakeAgentClients
-from tests.cli.conftest import ControlPlane, Run, serve
+from tests.cli.conftest import ControlPlane, Run, raid_volume, serve
 from tests.server.benchfakes import BenchAgent, steady
 
 ADDRESS = "127.0.0.1:9"  # what ControlPlane.register advertises
@@ -72,7 +73,7 @@ def test_run_follows_to_the_end_then_list_and_show(stortune: Run, fleet: Control
     done = stortune("bench", "run", "-f", str(spec_file(tmp_path)))
     assert done.code == 0, done.err
     rid = run_id(done.out)
-    assert f"benchmarkrun/{rid} on web-1: done: done" in done.out
+    assert f"benchmarkrun/{rid} on web-1: done" in done.out.splitlines()  # said once, not "done: done"
     assert f"{rid} web-1: done  100%" in done.out  # the plain progress line, piped
 
     listed = stortune("bench", "list")
@@ -107,7 +108,7 @@ def test_exit_codes_of_run(stortune: Run, fleet: ControlPlane, agent: BenchAgent
                                                          "install Debian's package fio"))
     refused = stortune("bench", "run", "-f", str(spec_file(tmp_path)))
     assert refused.code == 1
-    assert "failed: refused by the agent: fio is not installed" in refused.out
+    assert "on web-1: failed (refused by the agent: fio is not installed" in refused.out
     agent.fail("start_benchmark", None)
 
     queued = stortune("bench", "run", "--no-wait", "-f", str(spec_file(tmp_path)))
@@ -144,7 +145,7 @@ def test_compare_exit_code_is_a_ci_gate(stortune: Run, fleet: ControlPlane, agen
     better = stortune("bench", "compare", before, after)
     assert better.code == 0, better.out + better.err
     row = next(line for line in better.out.splitlines() if "read_bandwidth" in line)
-    assert "+30.0%" in row and "significant" in row and row.split()[-1] == "better"
+    assert "+30.0%" in row and "-5.0%..+5.0%" in row and row.split()[-1] == "better"
     assert "  loop0 read_ahead_kb: 128 -> 4096" in better.out
     worse = stortune("bench", "compare", after, before)
     assert worse.code == 2
@@ -268,3 +269,165 @@ def test_iozone_rows_flag_noisy_phases() -> None:
     assert headers == ["THREADS", "WRITE MB/s", "REWRITE MB/s", "READ MB/s", "REREAD MB/s"]
     cells = [c if isinstance(c, str) else c.text for c in rows[0]]
     assert cells == ["1", "200.0", "-", "400.0 ~noisy", "-"]
+
+
+# -- a newcomer's view: -o json, the summary, compare leading with what the steps are for ----------
+MIXED = "[{preset: seq-1m, runtime: 1s}, {preset: iometer-4k, runtime: 1s}]"
+
+
+def test_run_o_json_prints_the_results_alone_on_stdout(stortune: Run, fleet: ControlPlane,
+                                                       tmp_path: Path) -> None:
+    strict = spec_file(tmp_path, "strict", thresholds="  thresholds:\n"
+                                                      "    - {metric: read_bandwidth, min: 10GB/s}\n")
+    done = stortune("bench", "run", "-f", str(strict), "-o", "json")
+    assert done.code == 2  # the exit code is the same whatever the output: a threshold failed
+    document = json.loads(done.out)  # stdout is the document and nothing else
+    assert document["kind"] == "BenchmarkRunList"
+    (run,) = document["items"]
+    assert run["status"]["state"] == "done" and run["status"]["passed"] is False
+    result = run["status"]["result"]
+    assert {s["step"] for s in result["summaries"]} == {"seq-1m/read", "seq-1m/write"}
+    assert result["verdict"]["outcomes"][0]["passed"] is False
+    assert f"benchmarkrun/{run['metadata']['name']} queued on web-1" in done.err  # what went by
+    assert f"{run['metadata']['name']} web-1: done  100%" in done.err
+
+    as_yaml = stortune("bench", "run", "-f", str(spec_file(tmp_path)), "-o", "yaml")
+    assert as_yaml.code == 0 and yaml.safe_load(as_yaml.out)["items"][0]["status"]["state"] == "done"
+    queued = stortune("bench", "run", "--no-wait", "-f", str(spec_file(tmp_path)), "-o", "json")
+    assert queued.code == 0 and json.loads(queued.out)["items"][0]["status"]["state"] in ("queued", "running",
+                                                                                         "done")
+    planned = stortune("bench", "run", "--dry-run", "-f", str(spec_file(tmp_path)), "-o", "json")
+    assert planned.code == 0 and json.loads(planned.out)["hosts"][0]["host"] == "web-1"
+
+
+def test_run_ends_with_a_summary_of_what_each_step_is_for(stortune: Run, fleet: ControlPlane,
+                                                          tmp_path: Path) -> None:
+    spec = spec_file(tmp_path, "mixed", workloads=MIXED, thresholds=(
+        "  thresholds:\n    - {metric: read_bandwidth, step: seq-1m/read, min: 10GB/s}\n"
+        "    - {metric: read_lat_p99, step: 'iometer-4k/*', max: 20ms}\n"))
+    done = stortune("bench", "run", "-f", str(spec))
+    assert done.code == 2
+    rid = run_id(done.out)
+    lines = done.out.splitlines()
+    assert "done: done" not in done.out
+    start = lines.index(f"benchmarkrun/{rid} on web-1: done")
+    summary = lines[start:]
+    rows = {tuple(line.split()[:2]) for line in summary}
+    assert {("seq-1m/read", "read_bandwidth"), ("seq-1m/write", "write_bandwidth"),
+            ("iometer-4k/randread", "read_iops"), ("read_lat_p99", "2.00")} <= rows
+    assert not any("cpu_usr" in line or "read_lat_p999" in line for line in summary)
+    assert "  thresholds: 2 of 3 met" in summary
+    assert any(line.strip() == "FAIL  seq-1m/read: read_bandwidth 400.0 MB/s is below 10.0 GB/s"
+               for line in summary)
+    assert any(line.strip().startswith(f"stortune bench show {rid}") for line in summary)
+    assert any(line.strip().startswith(f"stortune bench compare EARLIER {rid}") for line in summary)
+
+
+def test_run_message_does_not_repeat_the_state() -> None:
+    def run(state: str, message: str) -> BenchmarkRun:
+        status = {"state": state, "message": message}
+        return BenchmarkRun.parse({"metadata": {"name": "r1"}, "status": status})
+
+    assert bench.run_message(run("done", "done: 36 step run(s)")) == "36 step run(s)"
+    assert bench.run_message(run("done", "done")) == ""
+    assert bench.run_message(run("failed", "refused by the agent: no fio")) == "refused by the agent: no fio"
+    assert bench.run_message(run("failed", "failed to start fio")) == "failed to start fio"
+
+
+def noisy_tail(step: Any, repeat: int) -> dict[str, float]:
+    """Steady figures, except the p99.9 latency, which jumps between repeats."""
+    values = steady()(step, repeat)
+    for direction in ("read", "write"):
+        if f"{direction}_lat_p999" in values:
+            values[f"{direction}_lat_p999"] *= (1.0, 1.6, 0.6)[repeat % 3]
+    return values
+
+
+def test_show_names_the_figure_that_made_a_step_noisy(stortune: Run, fleet: ControlPlane,
+                                                      agent: BenchAgent, tmp_path: Path) -> None:
+    agent.values = noisy_tail
+    rid = run_id(stortune("bench", "run", "-f", str(spec_file(tmp_path))).out)
+    shown = stortune("bench", "show", rid).out
+    read = next(line for line in shown.splitlines() if line.strip().startswith("seq-1m/read"))
+    assert "1.0% NOISY: P99.9" in read  # the bandwidth's CV is 1%: the noise is the tail's
+    assert any(line.strip().startswith("seq-1m/read read: P99.9 CV ") for line in shown.splitlines())
+
+
+def worse_cpu(step: Any, repeat: int) -> dict[str, float]:
+    values = steady()(step, repeat)
+    values["cpu_sys"] *= 3
+    return values
+
+
+def test_compare_leads_with_the_objective_and_says_which_metric_made_it_exit_2(
+        stortune: Run, fleet: ControlPlane, agent: BenchAgent, tmp_path: Path) -> None:
+    spec = str(spec_file(tmp_path, "mixed", workloads=MIXED))
+    before = run_id(stortune("bench", "run", "-f", spec).out)
+    agent.values = worse_cpu
+    busier = run_id(stortune("bench", "run", "-f", spec).out)
+    agent.values = steady(0.7)
+    slower = run_id(stortune("bench", "run", "-f", spec).out)
+
+    # cpu_sys tripled: beyond the noise, but not what any step is for: no regression
+    informative = stortune("bench", "compare", before, busier)
+    assert informative.code == 0, informative.out
+    lines = informative.out.splitlines()
+    assert "cpu_sys" not in informative.out.split("other metric(s) compared")[0]
+    assert any("other metric(s) compared" in line and "beyond the noise" in line for line in lines)
+    assert lines[-1].startswith("no objective metric worse beyond the noise")
+    listed = stortune("bench", "compare", before, busier, "--all").out
+    assert "Other metrics (they do not set the exit code):" in listed
+    assert any(line.split()[:2] == ["seq-1m/read", "cpu_sys"] and line.split()[-1] == "worse"
+               for line in listed.splitlines())
+
+    worse = stortune("bench", "compare", before, slower)
+    assert worse.code == 2
+    lines = worse.out.splitlines()
+    table = lines.index(next(line for line in lines if line.startswith("What the steps are for")))
+    assert lines[table + 1].split() == ["STEP", "METRIC", "A", "B", "CHANGE", "NOISE", "VERDICT"]
+    assert lines[table + 2].split()[:2] == ["seq-1m/read", "read_bandwidth"]  # leads the table
+    verdict = lines.index(next(line for line in lines if line.startswith("exit 2:")))
+    assert "objective metric(s) worse beyond the noise" in lines[verdict]
+    assert "  seq-1m/read read_bandwidth -30.0%, outside the noise -5.0%..+5.0%" in lines[verdict + 1:]
+    assert "  iometer-4k/randread read_lat_p99 +42.9%, outside the noise -5.0%..+5.0%" in lines[verdict + 1:]
+    as_json = json.loads(stortune("bench", "compare", before, slower, "-o", "json").out)
+    assert as_json["summary"]["objectiveWorse"] == 10
+    objective = {(r["step"], r["metric"]) for r in as_json["rows"] if r["objective"]}
+    assert ("seq-1m/read", "read_bandwidth") in objective and ("seq-1m/read", "cpu_sys") not in objective
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def demo_loop(backing: str) -> Device:
+    """The scratch loop device of `./dev up`, as discovery reports it (id: its backing file)."""
+    return Device(name="loop7", kind=DeviceKind.LOOP, id=f"loop:{backing}", size_bytes=256 << 20,
+                  rotational=False)
+
+
+@pytest.mark.parametrize("example", sorted((EXAMPLES / "benchmarks").glob("*.yaml")), ids=lambda p: p.name)
+def test_the_benchmark_examples_run_on_dev_ups_scratch_loop_device_only(
+        stortune: Run, control_plane: ControlPlane, example: Path) -> None:
+    """A newcomer's first benchmark: the example selects the agent `./dev up` starts, and on it the
+    loop device over state/stortune-demo.img, not another device of the host."""
+    control_plane.register("laptop", {"stortune.dev/demo": "true"}, devices=[
+        demo_loop("/home/me/stortune/state/stortune-demo.img"), demo_loop("/var/lib/images/vm.img"),
+        raid_volume()])
+    control_plane.register("web-1", {"role": "streamer"})  # not a demo host: not selected
+    planned = stortune("bench", "run", "--dry-run", "-f", str(example), "-o", "json")
+    assert planned.code == 0, planned.err
+    (host,) = json.loads(planned.out)["hosts"]
+    assert host["host"] == "laptop" and host["problems"] == []
+    assert host["target"] == "loop7"
+    assert {s["repeats"] for s in host["steps"]} == {3}
+
+
+def test_apply_passes_over_the_benchmark_examples(stortune: Run, control_plane: ControlPlane) -> None:
+    """`stortune apply -f examples/` (the README's first step) applies the profiles; the
+    BenchmarkSpecs in examples/benchmarks/ are for `bench run`, not an error."""
+    assert len(list((EXAMPLES / "benchmarks").glob("*.yaml"))) >= 1  # a newcomer has one to run
+    applied = stortune("apply", "-f", str(EXAMPLES))
+    assert applied.code == 0, applied.err
+    assert not any("local-demo-seq" in line for line in applied.out.splitlines())
+    only_specs = stortune("apply", "-f", str(EXAMPLES / "benchmarks"))
+    assert only_specs.code == 1 and "no StorageProfile documents found" in only_specs.err

@@ -46,13 +46,51 @@ def test_a_result_never_differs_from_itself(xs: list[float]) -> None:
 
 
 @given(values, values)
-def test_significant_means_beyond_the_floor(a_xs: list[float], b_xs: list[float]) -> None:
+def test_significant_means_outside_the_noise_shown(a_xs: list[float], b_xs: list[float]) -> None:
+    """What is shown is what is judged: the change against the noise interval, nothing else."""
     a, b = summarize(a_xs), summarize(b_xs)
     d = delta("s", "read_iops", a, b)
+    assert d.delta_pct is not None and d.noise_low_pct is not None and d.noise_high_pct is not None
+    assert d.noise_low_pct <= -100 * NOISE_FLOOR and d.noise_high_pct >= 100 * NOISE_FLOOR
+    assert d.significant == (d.delta_pct < d.noise_low_pct or d.delta_pct > d.noise_high_pct)
+    assert d.noise_pct == (d.noise_high_pct if d.delta_pct >= 0 else -d.noise_low_pct)
+    assert d.significant == (abs(d.delta_pct) > d.noise_pct)
     if d.significant:
-        assert abs(b.mean - a.mean) > NOISE_FLOOR * a.mean
-        assert d.noise_pct is not None and d.noise_pct >= 100 * NOISE_FLOOR
+        assert abs(d.delta_pct) > 100 * NOISE_FLOOR
+        assert (d.verdict == "better") == (d.delta_pct > 0)  # IOPS: up is better
     assert d.significant == (d.verdict != "within noise")
+
+
+def test_the_issues_case_a_fall_beyond_an_uneven_band() -> None:
+    """-99.8% beside ±364.3% called significant: the band is even in ratios (x/÷ 4.64), and the
+    old display showed only its upper side, next to a change of the arithmetic means. The same
+    data now shows the change judged and the interval it is judged against."""
+    a = summarize([5390.0, 10000.0, 18550.0])  # IOPS whose repeats vary 3.4 times
+    b = summarize([22.6, 22.6, 22.6])         # then the device nearly stopped
+    d = delta("randread", "read_iops", a, b)
+    assert d.delta_pct == pytest.approx(-99.77, abs=0.01)  # the geometric means: 10000 -> 22.6
+    assert d.noise_low_pct == pytest.approx(-78.5, abs=0.1)
+    assert d.noise_high_pct == pytest.approx(364.3, abs=0.1)
+    assert d.noise_pct == pytest.approx(78.5, abs=0.1)  # the side the change went
+    assert d.significant and d.verdict == "worse"
+    # a fall that stays inside the interval on the low side is noise, though the old "±364%" hid it
+    inside = delta("randread", "read_iops", a, summarize([3000.0, 3000.0, 3000.0]))
+    assert inside.delta_pct == pytest.approx(-70.0, abs=0.1)
+    assert not inside.significant and inside.noise_pct == pytest.approx(78.5, abs=0.1)
+    # and a rise must pass the upper side
+    up = delta("randread", "read_iops", a, summarize([40_000.0] * 3))
+    assert up.delta_pct == pytest.approx(300.0, abs=0.1) and not up.significant
+    assert delta("randread", "read_iops", a, summarize([50_000.0] * 3)).verdict == "better"
+
+
+def test_the_change_judged_is_of_the_geometric_means() -> None:
+    """One wild repeat moves the arithmetic mean; the rule and its figure do not follow it."""
+    a = summarize([100.0, 100.0, 100.0])
+    b = summarize([100.0, 100.0, 1000.0])  # arithmetic mean +200%, geometric mean +115%
+    d = delta("s", "read_bandwidth", a, b)
+    assert d.delta == pytest.approx(300.0)
+    assert d.delta_pct == pytest.approx(100 * (10 ** (1 / 3) - 1))
+    assert not d.significant and d.delta_pct < (d.noise_high_pct or 0)
 
 
 @given(values, st.floats(min_value=0.5, max_value=2.0))
@@ -77,7 +115,7 @@ def test_the_noise_rule_on_numbers() -> None:
     # 4% up with no spread is under the 5% floor
     assert not delta("s", "read_bandwidth", summarize([100.0] * 3), summarize([104.0] * 3)).significant
     big = delta("s", "read_bandwidth", a, summarize([1000.0, 1010.0, 990.0]))
-    assert big.significant and big.delta_pct == pytest.approx(100.0)
+    assert big.significant and big.delta_pct == pytest.approx(100.0, abs=0.05)
     assert big.noise_pct is not None and 5.0 <= big.noise_pct < 10  # a tiny spread: a small band
     # 200 +- 100 against 300: a 50% gain, but inside what A's own repeats did
     spread = delta("s", "read_bandwidth", summarize([100.0, 200.0, 300.0]), summarize([300.0, 290.0, 310.0]))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from datetime import UTC, datetime
@@ -94,6 +95,70 @@ def test_false_positive_guards(text: str) -> None:
     r.add("hostname", "vm")
     r.add("hostname", "dev")
     assert r.redact_text(text) == text
+
+
+# -- a hash is not a WWN -------------------------------------------------------------
+
+def wwn_shaped_digest(prefix: str, length: int = 16) -> str:
+    """A sha256 prefix that has the shape of a bare WWN: NAA digit first, a hex letter inside."""
+    for i in range(10_000):
+        digest = hashlib.sha256(f"topology-{i}".encode()).hexdigest()[:length]
+        if digest.startswith(prefix) and re.search("[a-f]", digest):
+            return digest
+    raise AssertionError("no digest of that shape")
+
+
+@pytest.mark.parametrize("digest", [wwn_shaped_digest(p) for p in "125"] + [wwn_shaped_digest("6", 32)])
+@pytest.mark.parametrize("template", [
+    '"topologyHash": "{}"',                          # control-plane/host.json
+    '"message": "topology {}", "reason": "TopologyChanged"',  # control-plane/events.json
+    '"topology_hash": "{}"',                         # benchmark contexts
+    "{}",                                            # alone on a line
+    "sha {} commit {} etag W/\"{}\"",
+])
+def test_hostile_a_digest_shaped_like_a_bare_wwn_is_not_masked(digest: str, template: str) -> None:
+    text = template.format(digest, digest, digest)
+    assert Redactor().redact_text(text) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(seed=st.binary(max_size=64), length=st.sampled_from([16, 32, 40, 64]))
+def test_no_digest_is_taken_for_a_wwn(seed: bytes, length: int) -> None:
+    """Topology hashes (16 hex), md5 (32), sha1 (40) and sha256 (64) digests stay, whatever their digits."""
+    digest = hashlib.sha256(seed).hexdigest()[:length]
+    for text in (digest, f'"topologyHash": "{digest}"', f"topology {digest}", digest.upper()):
+        assert Redactor().redact_text(text) == text
+
+
+def test_the_topology_hash_stays_while_real_wwns_go_in_a_bundle() -> None:
+    """The issue's case: host.json and events.json of a control-plane bundle carry the topology hash
+    (here one of WWN shape) next to WWNs in every form the tools print."""
+    topo_hash = wwn_shaped_digest("5")
+    b = server_bundle()
+    b.add("control-plane/host.json", json.dumps({
+        "name": "db01", "address": "192.0.2.10:50051", "topologyHash": topo_hash,
+        "facts": {"kernel": "6.1.0"}}), source="control-plane", origin="the host")
+    b.add("control-plane/events.json", json.dumps([
+        {"reason": "TopologyChanged", "message": f"topology {topo_hash}", "host": "db01"},
+        {"reason": "Drift", "message": "wwn-0x5000c500791a2b30 read_ahead_kb 128 -> 4096"}]),
+        source="control-plane", origin="events")
+    b.add("kernel/storage-messages.txt", "\n".join([
+        "qla2xxx [0000:04:00.0]-2858:1: GID_PT entry - nn 200600a0b8291a2b pn 204600a0b8291a2b portid=010400",
+        "megaraid_sas 0000:02:00.0: 6013 - Unexpected sense: PD 03(e0x20/s3) Path 5000c5000a1b2c0d, CDB: 28",
+        "sd 1:0:0:0: alua: device naa.60002ac00000000000000a1b0001c2d3 port group 1",
+        "nvme0n1: eui.0025388b91b2c5e4 rport WWPN 21:00:00:24:ff:3d:c4:a3",
+    ]), source="command", origin="dmesg")
+    red, mapping = redact(b)
+    text = {p: d.decode("utf-8", "replace") for p, d in red.files.items()}
+    assert topo_hash in text["control-plane/host.json"]
+    assert text["control-plane/events.json"].count(topo_hash) == 1
+    masked = set(mapping.values["wwn"].values())
+    assert topo_hash not in masked
+    for wwn in ("5000c500791a2b30", "200600a0b8291a2b", "204600a0b8291a2b", "5000c5000a1b2c0d",
+                "60002ac00000000000000a1b0001c2d3", "0025388b91b2c5e4", "21000024ff3dc4a3"):
+        assert wwn in masked, wwn
+        assert all(wwn not in body.lower().replace(":", "") for path, body in text.items()
+                   if path != "commands/raw.bin"), wwn
 
 
 def test_longest_known_value_wins_and_substrings_stay_distinct() -> None:

@@ -121,7 +121,8 @@ def test_a_baseline_needs_a_finished_run_and_a_class(app: FastAPI, client: TestC
 def test_charts_are_png_and_svg_with_the_expected_series(app: FastAPI, client: TestClient) -> None:
     iozone = streamers("io", repeats=2, workloads=[{"preset": "iozone-seq", "size": "4M"}])
     before = finished_run(app, "h1", iozone, values=steady(1.0))
-    after = finished_run(app, "h1", iozone, values=steady(1.3))
+    after = finished_run(app, "h1", iozone, values=steady(1.3),
+                         settings={"loop0": {"read_ahead_kb": 4096, "scheduler": "none"}})
 
     png = client.get(f"{B}/runs/{before}/plot", params={"kind": "threads", "format": "png"})
     assert png.status_code == 200 and png.headers["content-type"] == "image/png"
@@ -141,8 +142,15 @@ def test_charts_are_png_and_svg_with_the_expected_series(app: FastAPI, client: T
 
     compared = client.get(f"{B}/compare/plot", params={"a": before, "b": after, "format": "svg"})
     texts = svg_texts(compared.content)
-    assert {f"before: {before}", f"after: {after}", "iozone-seq/t2/reread"} <= set(texts)
+    assert {f"before: {before} on h1, kernel 6.1.0-test", f"after: {after} on h1, kernel 6.1.0-test",
+            "iozone-seq/t2/reread"} <= set(texts)
     assert sum(t.endswith("better") for t in texts) == 12  # every step, bandwidth up 30%
+    # what changed between the runs, not only their ids; and the noise each change is judged against
+    assert {"What changed from before to after:", "  loop0 read_ahead_kb: 128 -> 4096"} <= set(texts)
+    assert sum("(noise -" in t for t in texts) == 12
+    same = client.get(f"{B}/compare/plot", params={"a": before, "b": before, "format": "svg"})
+    assert "Nothing changed between the runs: same spec, settings, versions and topology." in svg_texts(
+        same.content)
     assert client.get(f"{B}/compare/plot", params={"a": before, "b": after}).content.startswith(PNG)
 
     pending = queued_run(app, "h1", iozone)
@@ -187,3 +195,43 @@ def test_the_server_does_not_load_matplotlib_until_a_chart_is_asked_for(tmp_path
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
                          check=True).stdout
     assert out.strip().splitlines()[-1] == "False"
+
+
+def test_objective_metrics_lead_and_alone_count_as_regressions(app: FastAPI, client: TestClient) -> None:
+    """A row is objective when the spec's thresholds name it for the step, or it is the step's own
+    figure; cpu_sys tripling is beyond the noise but no regression of the workload."""
+    doc = streamers("mixed", repeats=3, workloads=[{"preset": "seq-1m", "runtime": "1s"},
+                                                   {"preset": "iometer-4k", "runtime": "1s"}],
+                    thresholds=[{"metric": "read_lat_p999", "step": "iometer-4k/randread", "max": "50ms"}])
+    before = finished_run(app, "h1", doc, values=steady())
+    base = steady()
+
+    def busier(step: object, repeat: int) -> dict[str, float]:
+        values = base(step, repeat)  # type: ignore[arg-type]
+        values["cpu_sys"] *= 3
+        return values
+
+    after = finished_run(app, "h1", doc, values=busier)
+    body = client.get(f"{B}/compare", params={"a": before, "b": after}).json()
+    objective = {(r["step"], r["metric"]) for r in body["rows"] if r["objective"]}
+    assert {("seq-1m/read", "read_bandwidth"), ("seq-1m/write", "write_bandwidth"),
+            ("iometer-4k/randread", "read_iops"), ("iometer-4k/randread", "read_lat_p99"),
+            ("iometer-4k/randread", "read_lat_p999"),  # named by the threshold
+            ("iometer-4k/oltp", "read_iops"), ("iometer-4k/oltp", "write_iops")} <= objective
+    assert not any(metric.startswith("cpu_") for _, metric in objective)
+    assert ("iometer-4k/randwrite", "read_lat_p999") not in objective  # the glob names one step
+    assert body["summary"]["worse"] == 5 and body["summary"]["objectiveWorse"] == 0
+    slower = finished_run(app, "h1", doc, values=steady(0.7))
+    judged = client.get(f"{B}/compare", params={"a": before, "b": slower}).json()
+    assert judged["summary"]["objectiveWorse"] == len(objective)
+
+
+def test_what_changed_includes_the_spec(app: FastAPI, client: TestClient) -> None:
+    three = streamers("stream", repeats=3)
+    five = streamers("stream", repeats=5)
+    before, after = finished_run(app, "h1", three), finished_run(app, "h1", five)
+    changes = client.get(f"{B}/compare", params={"a": before, "b": after}).json()["contextChanges"]
+    assert changes == ["spec.repeats: 3 -> 5"]
+    other = finished_run(app, "h1", streamers("other", repeats=3))
+    assert client.get(f"{B}/compare", params={"a": before, "b": other}).json()["contextChanges"] == [
+        "benchmark: stream -> other"]

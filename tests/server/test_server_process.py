@@ -94,7 +94,7 @@ def test_server_serves_over_tcp(db_url: str, tmp_path: Path) -> None:
 def test_cli_rejects_bad_settings(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from stortune.server.cli import main
 
-    assert main(["--db", f"sqlite:///{tmp_path}/x.db", "--listen", "nope"]) == 2
+    assert main(["--db", f"sqlite:///{tmp_path}/x.db", "--listen", "nope"]) == 1
     assert "HOST:PORT" in capsys.readouterr().err
 
 

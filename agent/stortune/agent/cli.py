@@ -19,6 +19,7 @@ from stortune.agent.bench import args as bench_args
 from stortune.agent.journal import StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import CONTROL_PLANE_NAME
+from stortune.schemas.cliparser import Parser
 from stortune.schemas.documents import DocumentError
 from stortune.schemas.profile import check_labels
 
@@ -51,7 +52,8 @@ def _output(p: argparse.ArgumentParser, choices: Sequence[str], default: str) ->
 
 def build_parser() -> argparse.ArgumentParser:
     # (__doc__ is None under python -OO)
-    parser = argparse.ArgumentParser(prog="stortune-agent", description=(__doc__ or "").split("\n")[0])
+    # Parser: a usage error exits 1, never 2 (plan's and bench's "changes pending", "threshold failed")
+    parser = Parser(prog="stortune-agent", description=(__doc__ or "").split("\n")[0])
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 

@@ -3,17 +3,21 @@
 For hosts that must be tuned before the agent starts (early boot, initramfs).
 The rules come from the planner's resolved desired values for the devices this
 host has, so precedence is already settled and each rule names one device by
-the most stable key udev can see.
+the most stable key udev can see: a dm device by its DM_UUID, an md array by its
+UUID, a disk by its WWN or serial, and only what has none of these by kernel name.
 """
 
 from __future__ import annotations
 
+import sys
+import uuid
 from collections.abc import Sequence
+from typing import Literal
 
 from stortune.schemas import catalog
 from stortune.schemas.plan import Desired, Plan
 from stortune.schemas.profile import StorageProfile
-from stortune.schemas.topology import HOST_TARGET, Device, DeviceKind, Topology
+from stortune.schemas.topology import HOST_TARGET, Device, DeviceKind, MdInfo, Topology
 
 
 def _udev_quote(value: str) -> str:
@@ -21,8 +25,45 @@ def _udev_quote(value: str) -> str:
     return value.replace('"', "")
 
 
+def md_uuid(md: MdInfo) -> uuid.UUID | None:
+    """The array's UUID as the kernel shows it in md/uuid; None when it names no array.
+
+    Arrays with external metadata (IMSM, DDF) show all zeros there: the kernel never
+    reads their superblock, so every such array would match.
+    """
+    if not md.uuid or (md.metadata_version or "").startswith("external"):
+        return None
+    try:
+        found = uuid.UUID(md.uuid)
+    except ValueError:
+        return None
+    return found if found.int else None
+
+
+def mdadm_uuid(array: uuid.UUID, metadata: str | None,
+               byteorder: Literal["little", "big"] = sys.byteorder) -> str:
+    """The same UUID as ``mdadm --detail`` prints it (and udev's ENV{MD_UUID}).
+
+    mdadm prints four 32-bit words joined by ':'. For 1.x metadata they are the
+    superblock's bytes in order, as md/uuid shows them; 0.90 superblocks hold the
+    words in host byte order, which md/uuid shows byte by byte, so on a
+    little-endian host each word reads reversed there.
+    """
+    raw = array.bytes
+    words = [raw[i:i + 4] for i in range(0, 16, 4)]
+    if (metadata or "").startswith("0.9") and byteorder == "little":
+        words = [w[::-1] for w in words]
+    return ":".join(w.hex() for w in words)
+
+
 def device_key(dev: Device) -> tuple[str, str]:
     """(udev match expression, comment saying what it is)."""
+    if dev.kind is DeviceKind.MD and dev.md is not None and (array := md_uuid(dev.md)) is not None:
+        # md/uuid rather than ENV{MD_UUID}: mdadm's 63-md-raid-arrays.rules sets that variable
+        # after a 60- rules file runs, while the attribute is there for every rule; it is also
+        # what discovery read, so the value is the one in the topology.
+        return (f'ATTR{{md/uuid}}=="{array}"',
+                f"{dev.name} by array UUID (mdadm: {mdadm_uuid(array, dev.md.metadata_version)})")
     if dev.kind is DeviceKind.DM and dev.dm and dev.dm.uuid:
         return f'ENV{{DM_UUID}}=="{_udev_quote(dev.dm.uuid)}"', f"dm {dev.dm.name or dev.name}"
     if dev.id.startswith("wwn:") and dev.kind is DeviceKind.DISK:

@@ -1,6 +1,6 @@
 """``stortune bench``: benchmark runs through the control plane.
 
-    bench run -f SPEC.yaml [--host NAME] [--wait|--no-wait] [--dry-run]
+    bench run -f SPEC.yaml [--host NAME] [--wait|--no-wait] [--dry-run] [-o table|yaml|json]
     bench list [--host H] [--name N] [--state S] [--schedule S] [--limit N]
     bench show ID [-o table|yaml|json]
     bench compare A B [-o table|yaml|json] [--all]
@@ -11,9 +11,10 @@
     bench schedule create NAME --cron EXPR -f SPEC.yaml [--suspend] | list | delete NAME
 
 Exit codes: ``run`` 0 when every run is done (and its thresholds pass), 2 when a
-threshold failed, 1 when a run failed or was cancelled; ``compare`` 0 when
-nothing got significantly worse, 2 when something did (a CI gate); 1 for any
-error, a bad argument named.
+threshold failed, 1 when a run failed or was cancelled; ``compare`` 0 when no
+objective metric (what a step is for: schemas.bench.objectives) got worse beyond
+the noise, 2 when one did (a CI gate, and it names them); 1 for any error, a bad
+argument named.
 """
 
 from __future__ import annotations
@@ -26,12 +27,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from pydantic import ValidationError
 from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextColumn
 
-from stortune.cli.client import JSON, BenchmarkRun, Client
+from stortune.cli.client import JSON, BenchmarkRun, Client, ClientError
 from stortune.cli.render import Cell, Output, Row, age
 from stortune.schemas.bench import metrics
+from stortune.schemas.bench.objectives import objectives, threshold_globs
 from stortune.schemas.bench.spec import load_benchmark
+from stortune.schemas.bench.steps import WorkloadStep
 
 EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1
@@ -50,12 +54,12 @@ tunable value on the target and beneath it, profile generations, topology,
 kernel and fio versions.
 
   stortune bench run -f seq.yaml                   # a BenchmarkSpec with spec.hostSelector
-  stortune bench compare RUN_BEFORE RUN_AFTER      # exit 2 on a significant regression
+  stortune bench compare RUN_BEFORE RUN_AFTER      # exit 2 on a regression of what a step is for
   stortune bench baseline set r750-ref --run ID --hosts model=r750
   stortune bench plot ID -o threads.svg
 
 exit codes: run: 0 done, 2 a threshold failed, 1 failed or cancelled;
-            compare: 0 nothing worse beyond the noise, 2 something worse; 1 any error
+            compare: 0 no objective metric worse beyond the noise, 2 one is; 1 any error
 """
 
 
@@ -81,6 +85,10 @@ def add_parser(sub: Any, *, connection_options: Callable[..., None], parser_clas
     a.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
                    help="follow the runs with a progress display until they end (default: --wait)")
     a.add_argument("--dry-run", action="store_true", help="show the hosts and expanded steps; queue nothing")
+    a.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table",
+                   help="table: progress, then a summary per run; json|yaml: the runs with their results "
+                        "on stdout (the queued runs with --no-wait, the plan with --dry-run), progress "
+                        "on stderr")
     a.add_argument("--poll", type=_seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
 
     a = action("list", "runs, newest first")
@@ -99,7 +107,8 @@ def add_parser(sub: Any, *, connection_options: Callable[..., None], parser_clas
     a.add_argument("a", metavar="A", help="the run before (or the reference)")
     a.add_argument("b", metavar="B", help="the run after")
     a.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table")
-    a.add_argument("--all", action="store_true", help="every metric (default: bandwidth, IOPS, p99 latency)")
+    a.add_argument("--all", action="store_true",
+                   help="list every metric (default: those each step is for; the others are counted)")
 
     a = action("cancel", "cancel a run (its agent kills fio; what finished is kept)")
     a.add_argument("id")
@@ -207,8 +216,12 @@ def _read_spec(path: str) -> JSON:
 
 def _run(args: argparse.Namespace, client: Client, out: Output) -> int:
     document = _read_spec(args.filename)
+    as_document = args.output != "table"
     if args.dry_run:
         preview = client.preview_benchmarks(document, host=args.host)
+        if as_document:
+            out.dump(preview, args.output)
+            return EXIT_OK
         for host in _dicts(preview.get("hosts")):
             out.line(f"host/{host.get('host')}: target {host.get('target') or '?'}", "bold")
             for problem in host.get("problems") or []:
@@ -220,21 +233,114 @@ def _run(args: argparse.Namespace, client: Client, out: Output) -> int:
                  str(s.get("repeats"))]
                 for s in _dicts(host.get("steps"))], indent=2)
         return EXIT_OK
-    runs = client.start_benchmarks(document, host=args.host).items
+    queued = client.start_benchmarks(document, host=args.host)
+    runs = queued.items
+    # With -o json|yaml stdout holds the document alone: what goes by is said on stderr.
+    said = Output(out.err, out.err) if as_document else out
     for run in runs:
-        out.line(f"benchmarkrun/{run.id} queued on {run.host}")
+        said.line(f"benchmarkrun/{run.id} queued on {run.host}")
     if not args.wait:
+        if as_document:
+            out.dump(queued.raw, args.output)
         return EXIT_OK
-    final = _follow(client, out, [r.id for r in runs], args.poll)
-    for run in final:
-        text = f"benchmarkrun/{run.id} on {run.host}: {run.state}"
-        text += f": {run.message}" if run.message else ""
-        out.line(text, "green" if run.state == "done" and run.passed is not False else "red")
+    final = _follow(client, said, [r.id for r in runs], args.poll)
+    if as_document:
+        out.dump({"apiVersion": "stortune/v1", "kind": "BenchmarkRunList", "items": [r.raw for r in final]},
+                 args.output)
+    else:
+        for run in final:
+            summarize_run(out, run, client)
     if any(r.state != "done" for r in final):
         return EXIT_ERROR
     if any(r.passed is False for r in final):
         return EXIT_FAILED_CHECK
     return EXIT_OK
+
+
+def run_message(run: BenchmarkRun) -> str:
+    """The run's message without the state it repeats ('done: 36 step run(s)' of a done run)."""
+    message = run.message.strip()
+    if message == run.state:
+        return ""
+    return message.removeprefix(f"{run.state}:").strip()
+
+
+def _steps(result: JSON) -> list[WorkloadStep]:
+    steps = []
+    for item in _dicts(result.get("steps")):
+        try:
+            steps.append(WorkloadStep.model_validate(item))
+        except ValidationError:
+            continue  # a step this client cannot read is shown by `bench show`, not summarised
+    return steps
+
+
+def objective_rows(result: JSON) -> tuple[list[str], list[Row], list[str]]:
+    """Per step, what it is for (schemas.bench.objectives): mean ± stdev, CV, repeats; and the
+    noisy ones among them, each with its CV."""
+    spec = _obj(result, "spec")
+    wanted = objectives(_steps(result), threshold_globs(spec))
+    summaries = {str(s.get("step")): _obj(s, "metrics") for s in _dicts(result.get("summaries"))}
+    rows: list[Row] = []
+    noisy: list[str] = []
+    for step, names in wanted.items():
+        by_metric = summaries.get(step, {})
+        shown = [(m, by_metric[m]) for m in names if isinstance(by_metric.get(m), dict)]
+        for index, (metric, found) in enumerate(shown):
+            cv = found.get("cv")
+            cv_text = _pct(100 * cv) if isinstance(cv, int | float) else "-"
+            loud = found.get("noisy") is True
+            if loud:
+                noisy.append(f"{step} {metric} (CV {cv_text})")
+            rows.append([step if index == 0 else "", metric, _summary(found, metric, spread=True),
+                         Cell(cv_text + (" noisy" if loud else ""), "yellow" if loud else ""),
+                         str(found.get("n", "-"))])
+    return ["STEP", "METRIC", "MEAN ± STDEV", "CV", "N"], rows, noisy
+
+
+def summarize_run(out: Output, run: BenchmarkRun, client: Client) -> None:
+    """How a run ended, its key figures and verdict, and where to look next."""
+    ok = run.state == "done" and run.passed is not False
+    message = run_message(run)
+    out.line(f"benchmarkrun/{run.id} on {run.host}: {run.state}" + (f" ({message})" if message else ""),
+             "green" if ok else "red")
+    result = run.result or {}
+    headers, rows, noisy = objective_rows(result)
+    if rows:
+        repeats = {str(r[-1]) for r in rows}
+        over = f"over {repeats.pop()} repeat(s)" if len(repeats) == 1 else "over the repeats"
+        out.line(f"  what each step is for (mean ± stdev {over}):")
+        out.table(headers, rows, indent=2)
+    verdict = result.get("verdict") if isinstance(result.get("verdict"), dict) else None
+    if verdict is not None:
+        outcomes = _dicts(verdict.get("outcomes"))
+        failed = [o for o in outcomes if o.get("passed") is not True]
+        out.line(f"  thresholds: {len(outcomes) - len(failed)} of {len(outcomes)} met",
+                 "red" if failed else "green")
+        for outcome in failed:
+            out.line(f"    FAIL  {outcome.get('message')}", "red")
+    if noisy:
+        out.line(f"  noisy (CV above 5%: add repeats, or quiet the host): {'; '.join(noisy)}", "yellow")
+    if run.state == "done":
+        try:
+            judgement = client.benchmark_judgement(run.id)
+        except ClientError:  # an extra: the run's own outcome and exit code stand without it
+            judgement = {}
+        if judgement.get("baseline"):
+            worse = regressions(_dicts(judgement.get("rows")))
+            base = _obj(judgement, "baselineRun")
+            out.line(f"  against baseline {judgement['baseline']} (run {base.get('id')}): "
+                     + (f"{len(worse)} objective metric(s) worse: " + "; ".join(_why(r) for r in worse)
+                        if worse else "no objective metric worse beyond the noise"),
+                     "red" if worse else "green")
+    out.line("  next:")
+    out.line(f"    stortune bench show {run.id}            every metric, devices (slowest marked), "
+             "settings in effect")
+    if rows:
+        out.line(f"    stortune bench plot {run.id} -o {run.id}.svg   bandwidth by threads "
+                 "(--kind latency: percentiles)")
+        out.line(f"    stortune bench compare EARLIER {run.id}   against an earlier run of {run.name} "
+                 f"(stortune bench list --name {run.name})")
 
 
 def _follow(client: Client, out: Output, ids: Sequence[str], poll: float,
@@ -318,10 +424,23 @@ def _summary(found: JSON, metric: str, *, spread: bool = False) -> str:
     return text
 
 
-def step_rows(result: JSON) -> tuple[list[str], list[Row]]:
-    """One row per step and direction: mean ± stdev of bandwidth, IOPS and latencies, CV, noisy."""
+def _noisy(by_metric: JSON, direction: str) -> list[str]:
+    """'P99 CV 12.0%' for each figure of the row whose repeats were noisy (CV above 5%)."""
+    found = []
+    for header, suffix in _STEP_COLUMNS:
+        summary = by_metric.get(f"{direction}_{suffix}")
+        if isinstance(summary, dict) and summary.get("noisy") is True:
+            cv = summary.get("cv")
+            found.append(f"{header} CV {100 * cv:.1f}%" if isinstance(cv, int | float) else header)
+    return found
+
+
+def step_rows(result: JSON) -> tuple[list[str], list[Row], list[str]]:
+    """One row per step and direction: mean ± stdev of bandwidth, IOPS and latencies, the
+    bandwidth's CV and the figures that were noisy; and per noisy row, each such figure's CV."""
     headers = ["STEP", "DIR", *(h for h, _ in _STEP_COLUMNS), "CV", "N"]
     rows: list[Row] = []
+    notes: list[str] = []
     for summary in _dicts(result.get("summaries")):
         by_metric = _obj(summary, "metrics")
         for direction in ("read", "write"):
@@ -333,12 +452,17 @@ def step_rows(result: JSON) -> tuple[list[str], list[Row]]:
                 found = by_metric.get(metric)
                 cells.append(_summary(found, metric, spread=index == 0) if isinstance(found, dict) else "-")
             main = by_metric[f"{direction}_bandwidth"]
-            noisy = [m for m, s in by_metric.items() if isinstance(s, dict) and s.get("noisy")]
+            noisy = _noisy(by_metric, direction)
             cv = _pct(100 * main["cv"]) if isinstance(main.get("cv"), int | float) else "-"
-            cells.append(Cell(f"{cv} NOISY", "yellow") if noisy else cv)
+            # the figures that made the row noisy, by name: not only the bandwidth's CV shown here
+            named = [n.split(" CV ")[0] for n in noisy]
+            which = ", ".join(named) if len(named) <= 2 else f"{len(named)} figures"
+            cells.append(Cell(f"{cv} NOISY: {which}", "yellow") if noisy else cv)
             cells.append(str(main.get("n", "-")))
             rows.append(cells)
-    return headers, rows
+            if noisy:
+                notes.append(f"{summary.get('step')} {direction}: {', '.join(noisy)}")
+    return headers, rows, notes
 
 
 def iozone_rows(table: JSON) -> tuple[list[str], list[Row]]:
@@ -390,7 +514,8 @@ def render_run(out: Output, run: BenchmarkRun, judgement: JSON | None = None) ->
     field("Run", run.id)
     field("Benchmark", run.name)
     field("Host", run.host)
-    out.line(f"{'State:':<16}{_state_cell(run).text}" + (f"  ({run.message})" if run.message else ""),
+    message = run_message(run)
+    out.line(f"{'State:':<16}{_state_cell(run).text}" + (f"  ({message})" if message else ""),
              _state_cell(run).style)
     field("Requested", f"{run.requested_by or '-'}" + (f" (schedule {run.schedule})" if run.schedule else "")
           + f", {_when(run.created)}")
@@ -413,10 +538,14 @@ def render_run(out: Output, run: BenchmarkRun, judgement: JSON | None = None) ->
         ctx = run.context
         field("Versions", f"kernel {ctx.get('kernel') or '-'}, {ctx.get('fioVersion') or 'fio ?'}")
 
-    headers, rows = step_rows(result)
+    headers, rows, noisy = step_rows(result)
     if rows:
         out.line("Results (mean ± stdev over the repeats; CV of the bandwidth):")
         out.table(headers, rows, indent=2)
+    if noisy:
+        out.line("Noisy figures (CV above 5% over the repeats: their means are less certain):", "yellow")
+        for note in noisy:
+            out.line(f"  {note}", "yellow")
     for table in _dicts(result.get("iozone")):
         out.line(f"Throughput by threads ({table.get('workload')}, iozone style):")
         out.table(*iozone_rows(table), indent=2)
@@ -450,8 +579,7 @@ def render_run(out: Output, run: BenchmarkRun, judgement: JSON | None = None) ->
                  f"{summary.get('better', 0)} better, {worse} worse, "
                  f"{summary.get('withinNoise', 0)} within noise",
                  "red" if worse else "green")
-        worst = [r for r in _dicts(judgement.get("rows"))
-                 if r.get("verdict") == "worse" and r.get("metric") in _HEADLINE]
+        worst = regressions(_dicts(judgement.get("rows")))
         if worst:
             out.table(*comparison_rows(worst[:_LISTED]), indent=2)
         if worse > min(len(worst), _LISTED):
@@ -471,53 +599,103 @@ def _show(args: argparse.Namespace, client: Client, out: Output) -> int:
 # -- compare -----------------------------------------------------------------------------------
 #: Rows of a judgement shown under ``bench show`` (compare --all lists every one).
 _LISTED: Final = 12
-_HEADLINE: Final = frozenset({"read_bandwidth", "write_bandwidth", "read_iops", "write_iops", "read_lat_p99",
-                              "write_lat_p99"})
+
+
+def _objective(rows: Sequence[JSON]) -> list[JSON]:
+    """The rows of what each step is for. A server that does not mark them: every row."""
+    if not any("objective" in r for r in rows):
+        return list(rows)
+    return [r for r in rows if r.get("objective") is True]
+
+
+def regressions(rows: Sequence[JSON]) -> list[JSON]:
+    """Objective rows worse beyond the noise: why `bench compare` exits 2."""
+    return [r for r in _objective(rows) if r.get("verdict") == "worse"]
+
+
+def _side(found: JSON, metric: str) -> Cell:
+    """'400.0 MB/s ± 2.0 MB/s', and this metric's own CV when its repeats were noisy."""
+    text = _summary(found, metric, spread=True)
+    cv = found.get("cv")
+    if found.get("noisy") is True and isinstance(cv, int | float):
+        return Cell(f"{text} (noisy: CV {100 * cv:.1f}%)", "yellow")
+    return Cell(text)
+
+
+def _noise(row: JSON) -> str:
+    """The interval the change must leave to count: '-5.0%..+5.2%'."""
+    low, high = row.get("noiseLowPct"), row.get("noiseHighPct")
+    if isinstance(low, int | float) and isinstance(high, int | float):
+        return f"{low:+.1f}%..{high:+.1f}%"
+    noise = row.get("noisePct")  # a server that gives only the bound on the change's side
+    return f"±{noise:.1f}%" if isinstance(noise, int | float) else "-"
+
+
+def _change(row: JSON) -> str:
+    change = row.get("deltaPct")
+    return f"{change:+.1f}%" if isinstance(change, int | float) else "n/a"
 
 
 def comparison_rows(rows: Sequence[JSON]) -> tuple[list[str], list[Row]]:
     out: list[Row] = []
     for row in rows:
         metric = str(row.get("metric"))
-        a = _obj(row, "a")
-        b = _obj(row, "b")
         verdict = str(row.get("verdict"))
         style = {"better": "green", "worse": "red"}.get(verdict, "")
-        change = row.get("deltaPct")
-        noise = row.get("noisePct")
-        out.append([str(row.get("step")), metric, _summary(a, metric, spread=True),
-                    _summary(b, metric, spread=True),
-                    Cell(f"{change:+.1f}%" if isinstance(change, int | float) else "n/a", style),
-                    f"±{noise:.1f}%" if isinstance(noise, int | float) else "-",
-                    Cell("significant" if row.get("significant") else "within noise", style),
+        out.append([str(row.get("step")), metric, _side(_obj(row, "a"), metric),
+                    _side(_obj(row, "b"), metric), Cell(_change(row), style), _noise(row),
                     Cell(verdict, style)])
-    return ["STEP", "METRIC", "A", "B", "CHANGE", "NOISE", "SIGNIFICANCE", "VERDICT"], out
+    return ["STEP", "METRIC", "A", "B", "CHANGE", "NOISE", "VERDICT"], out
+
+
+def _why(row: JSON) -> str:
+    """'seq-1m/read read_bandwidth -23.1%, outside the noise -5.0%..+5.0%'."""
+    return f"{row.get('step')} {row.get('metric')} {_change(row)}, outside the noise {_noise(row)}"
 
 
 def _compare(args: argparse.Namespace, client: Client, out: Output) -> int:
     body = client.compare_benchmarks(args.a, args.b)
     rows = _dicts(body.get("rows"))
-    worse = [r for r in rows if r.get("verdict") == "worse"]
+    worse = regressions(rows)
+    code = EXIT_FAILED_CHECK if worse else EXIT_OK
     if args.output != "table":
         out.dump(body, args.output)
-        return EXIT_FAILED_CHECK if worse else EXIT_OK
+        return code
     a = _obj(body, "a")
     b = _obj(body, "b")
     out.line(f"A: {a.get('id')} ({a.get('name')} on {a.get('host')})")
     out.line(f"B: {b.get('id')} ({b.get('name')} on {b.get('host')})")
-    shown = rows if args.all else [r for r in rows if r.get("metric") in _HEADLINE]
-    if shown:
-        out.table(*comparison_rows(shown))
-    else:
-        out.note("the runs have no step and metric in common")
     changes = [str(c) for c in body.get("contextChanges") or []]
     out.line("What differed between the runs:" if changes else "Same settings, versions and topology.")
     for change in changes:
         out.line(f"  {change}")
-    summary = _obj(body, "summary")
-    out.line(f"{summary.get('better', 0)} better, {len(worse)} worse, {summary.get('withinNoise', 0)} "
-             "within noise (the noise rule: docs/benchmarks.md)", "red" if worse else "green")
-    return EXIT_FAILED_CHECK if worse else EXIT_OK
+    objective = _objective(rows)
+    leading = {id(r) for r in objective}
+    others = [r for r in rows if id(r) not in leading]
+    if not rows:
+        out.note("the runs have no step and metric in common")
+    if objective:
+        out.line("What the steps are for (the spec's thresholds; else each step's throughput, and p99 "
+                 "latency for random I/O):", "bold")
+        out.table(*comparison_rows(objective))
+    if others and args.all:
+        out.line("Other metrics (they do not set the exit code):", "bold")
+        out.table(*comparison_rows(others))
+    elif others:
+        moved = [r for r in others if r.get("verdict") != "within noise"]
+        out.line(f"{len(others)} other metric(s) compared, {len(moved)} of them beyond the noise "
+                 "(--all lists them; they do not set the exit code)")
+    out.line("CHANGE is of the geometric means of the repeats; it counts when it lies outside NOISE "
+             "(the noise rule: docs/benchmarks.md).")
+    better = sum(r.get("verdict") == "better" for r in objective)
+    if worse:
+        out.line(f"exit 2: {len(worse)} objective metric(s) worse beyond the noise:", "red")
+        for row in worse:
+            out.line(f"  {_why(row)}", "red")
+    else:
+        out.line(f"no objective metric worse beyond the noise ({better} better, "
+                 f"{len(objective) - better} within noise)", "green")
+    return code
 
 
 # -- cancel, plot --------------------------------------------------------------------------------

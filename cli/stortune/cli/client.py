@@ -649,6 +649,16 @@ class Client:
         with _naming("ApiToken", token_id):
             return Token.parse(self._json("DELETE", _path("tokens", token_id)))
 
+    # Audit log
+
+    def list_audit(self, *, token: str | None = None, method: str | None = None,
+                   resource: str | None = None, since: str | None = None,
+                   limit: int | None = None) -> JSON:
+        """Audit records, newest first (admins); ``since`` goes as given, the server checks it."""
+        given: dict[str, str | int | None] = {"token": token, "method": method, "resource": resource,
+                                              "since": since, "limit": limit}
+        return self._json("GET", "/audit", params={k: v for k, v in given.items() if v is not None})
+
     # Benchmarks
 
     def start_benchmarks(self, document: JSON, *, host: str | None = None) -> Listing[BenchmarkRun]:

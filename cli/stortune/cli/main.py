@@ -13,11 +13,11 @@ import sys
 from collections.abc import Callable, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Any, Final, NoReturn
+from typing import Any, Final
 
 import yaml
 
-from stortune.cli import bench, manifests, render, sync
+from stortune.cli import audit, bench, manifests, render, sync
 from stortune.cli.client import (
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT,
@@ -30,6 +30,7 @@ from stortune.cli.client import (
     Unreachable,
 )
 from stortune.cli.render import Output
+from stortune.schemas.cliparser import Parser
 from stortune.schemas.documents import DocumentError
 from stortune.schemas.profile import check_labels
 
@@ -84,13 +85,6 @@ class UsageError(Exception):
 
 # Errors that every further call would meet too: a command stops at the first, said once.
 _FATAL: Final = (Unreachable, Unauthorized, Forbidden)
-
-
-class _Parser(argparse.ArgumentParser):
-    # Exit 2 is diff's "differences found"; bad usage is an error like any other.
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message}\n")
 
 
 def _version() -> str:
@@ -155,13 +149,13 @@ def _positive_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="stortune", description="Apply, diff and inspect StorageProfiles and hosts "
+    parser = Parser(prog="stortune", description="Apply, diff and inspect StorageProfiles and hosts "
                                                   "through the stortune control plane's REST API.",
                      epilog="exit codes: 0 ok, 1 error, 2 differences (diff), a failed threshold or a "
                             "regression (bench run, bench compare)")
     parser.add_argument("--version", action="version", version=f"stortune {_version()}")
     _connection_options(parser, top=True)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
     raw = argparse.RawDescriptionHelpFormatter
 
     p = sub.add_parser("apply", help="create or update profiles from files", description=APPLY_HELP,
@@ -225,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("token", help="issue, list and revoke API tokens (admin)", description=ACCESS_HELP,
                        formatter_class=raw)
-    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=_Parser)
+    actions = p.add_subparsers(dest="action", required=True, metavar="ACTION", parser_class=Parser)
     t = actions.add_parser("create", help="issue a token; prints its secret once")
     _connection_options(t, top=False)
     t.add_argument("--role", required=True, choices=ROLES)
@@ -241,7 +235,8 @@ def build_parser() -> argparse.ArgumentParser:
     _connection_options(t, top=False)
     t.add_argument("id", help="the token's id (stortune token list)")
 
-    bench.add_parser(sub, connection_options=_connection_options, parser_class=_Parser)
+    bench.add_parser(sub, connection_options=_connection_options, parser_class=Parser)
+    audit.add_parser(sub, connection_options=_connection_options, limit=_positive_int)
     return parser
 
 
@@ -479,7 +474,7 @@ def _diag(args: argparse.Namespace, client: Client, out: Output) -> int:
 
 COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Client, Output], int]]] = {
     "apply": _apply, "diff": _diff, "get": _get, "describe": _describe, "label": _label,
-    "token": _token, "diag": _diag, "bench": bench.command,
+    "token": _token, "diag": _diag, "bench": bench.command, "audit": audit.command,
 }
 
 

@@ -25,6 +25,9 @@ from stortune.schemas.profile import StorageProfile
 # (kubectl's last-applied annotation, reduced to ownership).
 MANAGED_BY: Final = "stortune.dev/managed-by"
 MANAGER: Final = "stortune-apply"
+# Other stortune documents a repository keeps next to its profiles (examples/benchmarks/):
+# `bench run -f` and `bench schedule create -f` take them; apply and diff pass over them.
+NOT_APPLIED: Final = frozenset({"BenchmarkSpec", "BenchmarkSchedule"})
 # Metadata the server sets and shows; dropped so `get -o yaml` output applies again.
 _SERVER_METADATA: Final = ("deletionTimestamp", "finalizers", "generation", "resourceVersion", "uid",
                            "creationTimestamp")
@@ -103,6 +106,8 @@ def read(paths: Sequence[str], stdin: TextIO | None = None) -> list[Manifest]:
             problems.extend(exc.problems)
             continue
         for where, data in documents:
+            if isinstance(data, dict) and data.get("kind") in NOT_APPLIED:
+                continue
             try:
                 profile = parse_profile(_strip_server_fields(data), where)
             except DocumentError as exc:

@@ -8,7 +8,9 @@ every text file, the file paths and the manifest data:
    detectors find: values under keys such as ``serial_number``, ``SN``,
    ``SAS Address`` or ``Host Name``, smartctl's WWN object, NFS/CIFS servers
    in mountinfo, FQDNs of known hosts, and forms that name themselves
-   (naa./eui. ids, 0x5.../0x21... and bare WWNs, multipath wwids, IPv4, IPv6, MACs);
+   (naa./eui. ids, 0x5.../0x21..., colon-separated and multipath wwids, bare WWNs after a
+   word naming them such as ``nn``, ``pn`` or ``Path``, IPv4, IPv6, MACs); a bare run of
+   hex digits is not a WWN by itself: the topology hash and other digests stay;
 2. replace: one regular expression per text, so a value becomes the same
    token in every file, the longest known value wins over its substrings, and
    a token is never read again (redacting twice changes nothing).
@@ -112,7 +114,8 @@ _GENERIC: tuple[tuple[str, str], ...] = (
     # a hex letter is required so that a long decimal counter is never taken for one
     ("wwnhex", rf"(?<![0-9A-Za-z])(?:0[xX](?=\d*[A-Fa-f])(?P<xcore>[1256]{_H}{{15}}|6{_H}{{31}})"
                rf"|3(?=\d*[A-Fa-f])(?P<mcore>5{_H}{{15}}|6{_H}{{31}}))(?![0-9A-Za-z])"),
-    # bare, as storcli prints WWNs and SAS addresses and qla2xxx its nn/pn: NAA 1/2/5 or 6
+    # bare, as storcli prints WWNs and SAS addresses and qla2xxx its nn/pn: NAA 1/2/5 or 6; a WWN
+    # only where a word before it names one (_WWN_LABEL): bare hex is as often a digest
     ("wwnbare", rf"(?<![0-9A-Za-z])(?=\d*[A-Fa-f])(?P<bcore>[125]{_H}{{15}}|6{_H}{{31}})(?![0-9A-Za-z])"),
     ("wwncolon", rf"(?<![0-9A-Za-z:])(?=[125])(?:{_H}{{2}}:){{7}}{_H}{{2}}(?![0-9A-Za-z:])"),
     # four octets of at most 255 without leading zeros, not inside a longer dotted version
@@ -121,6 +124,18 @@ _GENERIC: tuple[tuple[str, str], ...] = (
              rf"(?:(?:{_H}{{0,4}}:){{2,6}}{_IPV4}|{_H}{{0,4}}(?::{_H}{{0,4}}){{2,7}})"
              r"(?:%[0-9A-Za-z]+)?(?![0-9A-Za-z:]|\.\d)"),
 )
+# The words tools print before a bare WWN: qla2xxx's "nn"/"pn", megaraid_sas's "Path", storcli's
+# "SAS Address", sysfs and FC tools' node/port names. Without one, 16 or 32 hex digits are no more a
+# WWN than the topology hash or any other digest is.
+_WWN_LABEL = re.compile(r"(?i:\b(?:wwnn|wwpn|wwn|wwid|nn|pn|node[ _]?name|port[ _]?name"
+                        r"|sas[ _]?address(?:\(\d+\))?|sas[ _]?addr|path))[\s:=(\[\"']{1,4}$")
+
+
+def _named_as_wwn(text: str, start: int) -> bool:
+    """Whether a word naming a WWN directly precedes ``text[start:]``."""
+    return _WWN_LABEL.search(text, max(0, start - 40), start) is not None
+
+
 # Every generic form starts with one of these: testing it first skips most positions cheaply.
 _GENERIC_FIRST = '0-9A-Fa-f:"nN'
 _GENERIC_RE = re.compile(f"(?=[{_GENERIC_FIRST}])(?:"
@@ -381,6 +396,8 @@ class Redactor:
         if alt == "mac":
             key = re.sub(r"[^0-9a-f]", "", text.lower())
             return None if key in ("000000000000", "ffffffffffff") else ("mac", key, text, "")
+        if alt == "wwnbare" and not _named_as_wwn(m.string, m.start()):
+            return None
         if alt in ("wwnid", "wwnhex", "wwnbare"):
             core = m["idcore"] or m["xcore"] or m["mcore"] or m["bcore"]
             return "wwn", core.lower(), core, text[: len(text) - len(core)]

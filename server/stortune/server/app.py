@@ -11,7 +11,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from stortune.server.agentclient import AgentClientFactory, AgentClients
-from stortune.server.api import handlers, openapi, security
+from stortune.server.api import docs, handlers, openapi, security
 from stortune.server.api.access import AccessControl, Authenticator
 from stortune.server.api.audit import Auditor
 from stortune.server.api.cached_reads import CachedReads
@@ -119,6 +119,8 @@ def create_app(
         description="Declarative Linux storage tuning: StorageProfiles, hosts and their agents.",
         lifespan=lifespan,
         openapi_tags=OPENAPI_TAGS,
+        docs_url=None,  # api/docs.py serves /docs and /redoc without a CDN
+        redoc_url=None,
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -147,4 +149,5 @@ def create_app(
                        auditor=Auditor(sessions, now, API_PREFIX), prefix=API_PREFIX)
     handlers.install(app)
     openapi.install(app, API_PREFIX)
+    docs.install(app)
     return app

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from stortune.api.agent import CONTROL_PLANE_NAME
 from stortune.api.agent.tls import CA_CERT, TLSError, init_pki, load_pki
 from stortune.api.agent.tls import expires as cert_expires
+from stortune.schemas.cliparser import Parser
 from stortune.server.app import create_app
 from stortune.server.auth import Role
 from stortune.server.bootstrap import ensure_first_tokens
@@ -102,7 +103,7 @@ def _rate(text: str) -> tuple[str, float]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="stortune-server", description="The stortune control plane.",
         epilog="On its first start it writes an admin token to STATE_DIR/admin.token and the agents' "
                "bootstrap token to STATE_DIR/agent-bootstrap.token (mode 0600).")
@@ -197,7 +198,7 @@ def _token(args: argparse.Namespace) -> int:
                                   hostSelector=args.hosts, expiresIn=args.expires)
         except ValidationError as exc:
             _print_errors(exc)
-            return 2
+            return 1  # invalid arguments: a usage error
 
         def create(session: Session, now: datetime) -> int:
             row, secret = tokens.issue(session, request, created_by="stortune-server token create",
@@ -267,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     except ValidationError as exc:
         _print_errors(exc)
-        return 2
+        return 1
     try:
         app = create_app(settings)
     except TLSError as exc:

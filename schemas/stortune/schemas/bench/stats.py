@@ -3,22 +3,30 @@
 ``summarize``: mean, sample standard deviation, coefficient of variation and a
 noisy flag (CV above ``NOISY_CV``).
 
-``compare`` and the noise rule: a change from A to B in one metric of one step
-*exceeds the noise* when both hold:
+``compare`` and the noise rule. The change from A to B in one metric of one
+step is the ratio of the geometric means of their repeats, gm_B / gm_A, shown
+in % (``delta_pct``). It *exceeds the noise* when both hold:
 
-1. it is larger than the floor: |mean_B - mean_A| > NOISE_FLOOR x |mean_A| (5%), which
-   covers what repeats of one sitting do not show (thermal state, background
-   work, a lucky cache), and is the whole rule when each side ran once;
+1. it is larger than the floor, 5% either way (NOISE_FLOOR), which covers what
+   repeats of one sitting do not show (thermal state, background work, a
+   lucky cache), and is the whole rule when each side ran once;
 2. it is larger than both sides' spread: Welch's t-test at 95% confidence on the
-   logarithms of the repeats, |ln(gm_B / gm_A)| > t(0.975, df) x sqrt(s_A^2/n_A + s_B^2/n_B).
-   Logarithms because storage noise is proportional (a cache hit doubles a run,
-   it does not add 5 MB/s), so the test is on the ratio; t rather than 2 because
-   there are few repeats. Metrics with a zero or negative value fall back to
-   the same test on the values themselves.
+   logarithms of the repeats, |ln(gm_B / gm_A)| > band = t(0.975, df) x
+   sqrt(s_A^2/n_A + s_B^2/n_B). Logarithms because storage noise is proportional
+   (a cache hit doubles a run, it does not add 5 MB/s), so the test is on the
+   ratio; t rather than 2 because there are few repeats.
 
-``delta_pct`` is the change of the arithmetic means; ``noise_pct`` the smallest
-change (in %) that would have counted. Better or worse follows the metric
-(bandwidth up is better, latency up is worse).
+In % of gm_A the two make one interval, the noise: from
+``noise_low_pct`` = min(-5%, e^-band - 1) to ``noise_high_pct`` = max(+5%, e^band - 1).
+A change is significant exactly when ``delta_pct`` lies outside it, so what is
+shown is what is judged; the band is even in ratios, not in %: a band of x4.6
+is -78.5% .. +364.3%. ``noise_pct`` is the bound on the side the change went.
+
+Metrics with a zero or negative value are judged the same way on the values
+themselves: the change is of the arithmetic means, the interval ±max(5%,
+band / |mean_A|); when mean_A is 0 no % exists and any change beyond the
+band counts. Better or worse follows the metric (bandwidth up is better,
+latency up is worse).
 """
 
 from __future__ import annotations
@@ -43,7 +51,7 @@ _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2
 
 def t95(df: float) -> float:
     """Student's t for a two-sided 95% test; fractional df round down (the stricter value)."""
-    whole = max(1, math.floor(df))
+    whole = max(1, math.floor(df + 1e-9))  # 21.999999999 from rounding is 22: the same data, any unit
     if whole <= len(_T95):
         return _T95[whole - 1]
     return 2.021 if whole < 60 else 2.000 if whole < 120 else 1.960
@@ -106,36 +114,59 @@ class MetricDelta(_Model):
     a: Summary
     b: Summary
     delta: float = Field(description="mean_B - mean_A, in the metric's unit")
-    delta_pct: float | None = Field(description="delta as % of mean_A; None when mean_A is 0")
-    noise_pct: float | None = Field(description="The smallest change in % that exceeds the noise")
+    delta_pct: float | None = Field(description=(
+        "The change the noise rule judges, in %: of the geometric means (of the arithmetic means "
+        "when a value is not positive); None when A's mean is 0"))
+    noise_low_pct: float | None = Field(default=None, description=(
+        "The noise interval's lower end in % (negative): a change below it is significant"))
+    noise_high_pct: float | None = Field(default=None, description=(
+        "The noise interval's upper end in %: a change above it is significant"))
+    noise_pct: float | None = Field(description=(
+        "The interval's bound on the side of the change, as a magnitude: significant when "
+        "|delta_pct| exceeds it"))
     significant: bool
     verdict: Verdict
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return math.fsum(xs) / len(xs)
 
 
 def delta(step: str, metric: str, a: Summary, b: Summary, *, floor: float = NOISE_FLOOR) -> MetricDelta:
     """A's and B's repeats of one metric, judged by the noise rule."""
     diff = b.mean - a.mean
-    base = abs(a.mean)
+    change: float | None
+    low: float | None
+    high: float | None
     if all(v > 0 for v in (*a.values, *b.values)):
         la, lb = [math.log(v) for v in a.values], [math.log(v) for v in b.values]
         band = _spread(la, lb)
-        beyond_spread = abs(math.fsum(lb) / len(lb) - math.fsum(la) / len(la)) > band
-        spread_pct: float | None = 100 * math.expm1(band)
-    else:
+        change = 100 * math.expm1(_mean(lb) - _mean(la))
+        low, high = 100 * math.expm1(-band), 100 * math.expm1(band)
+    elif a.mean:
         band = _spread(a.values, b.values)
-        beyond_spread = abs(diff) > band
-        spread_pct = 100 * band / base if base else None
-    beyond_floor = abs(diff) > floor * base if base else diff != 0
-    significant = beyond_spread and beyond_floor
+        change = 100 * diff / abs(a.mean)
+        high = 100 * band / abs(a.mean)
+        low = -high
+    else:  # nothing to take a % of: any change beyond the spread of the values counts
+        band = _spread(a.values, b.values)
+        change = low = high = None
+    if change is not None and low is not None and high is not None:
+        low, high = min(low, -100 * floor), max(high, 100 * floor)
+        significant = change < low or change > high
+        noise: float | None = high if change >= 0 else -low
+        went_up = change > 0
+    else:
+        significant = diff != 0 and abs(diff) > band
+        noise = None
+        went_up = diff > 0
     higher_better = metrics.get(metric).higher_is_better
     verdict: Verdict = "within noise"
     if significant:
-        verdict = "better" if (diff > 0) == higher_better else "worse"
+        verdict = "better" if went_up == higher_better else "worse"
     return MetricDelta(
-        step=step, metric=metric, a=a, b=b, delta=diff,
-        delta_pct=100 * diff / base if base else None,
-        noise_pct=None if spread_pct is None else max(100 * floor, spread_pct),
-        significant=significant, verdict=verdict,
+        step=step, metric=metric, a=a, b=b, delta=diff, delta_pct=change, noise_low_pct=low,
+        noise_high_pct=high, noise_pct=noise, significant=significant, verdict=verdict,
     )
 
 

@@ -4,7 +4,8 @@
   phase (iozone's write, rewrite, read, re-read), error bars one standard deviation;
 * ``latency_chart``: completion-latency percentiles (p50, p95, p99, p99.9) per step and direction;
 * ``compare_chart``: before/after bars per step with error bars, each pair labelled with the
-  change and whether it exceeds the noise.
+  change, the noise it is judged against and the verdict; under them, what changed between
+  the two runs (spec, tunables in effect, kernel ...).
 
 matplotlib is imported inside ``_render`` (with the Agg backend, no display), so the server
 starts and idles without it; the first chart pays the import. SVG keeps its text as text
@@ -72,7 +73,8 @@ def _width(groups: int) -> float:
     return max(_SIZE[0], 0.8 * groups + 1.5)
 
 
-def _render(build: Callable[[Figure], None], fmt: Format, width: float = _SIZE[0]) -> bytes:
+def _render(build: Callable[[Figure], None], fmt: Format, width: float = _SIZE[0],
+            height: float = _SIZE[1]) -> bytes:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -80,7 +82,7 @@ def _render(build: Callable[[Figure], None], fmt: Format, width: float = _SIZE[0
 
     with _LOCK, matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "stortune",
                                        "font.size": 9}):
-        figure = Figure(figsize=(width, _SIZE[1]), dpi=100, layout="constrained")
+        figure = Figure(figsize=(width, height), dpi=100, layout="constrained")
         build(figure)
         out = io.BytesIO()
         metadata: dict[str, Any] = {"Date": None} if fmt == "svg" else {}
@@ -191,25 +193,47 @@ def compare_rows(a: BenchmarkResult, deltas: Sequence[MetricDelta],
 
 
 def _verdict_text(delta: MetricDelta) -> str:
+    """'-30.1% (noise -18%..+22%)' over 'worse': the change with what it was judged against."""
     change = "n/a" if delta.delta_pct is None else f"{delta.delta_pct:+.1f}%"
+    if delta.noise_low_pct is not None and delta.noise_high_pct is not None:
+        change += f"\n(noise {delta.noise_low_pct:+.0f}%..{delta.noise_high_pct:+.0f}%)"
     return f"{change}\n{delta.verdict}"
 
 
+#: Lines of "what changed" under a comparison chart; the rest is counted.
+CHANGES_SHOWN: Final = 12
+
+
+def _run_label(side: str, result: BenchmarkResult) -> str:
+    context = result.context
+    where = f" on {context.hostname}" if context is not None and context.hostname else ""
+    kernel = f", kernel {context.kernel}" if context is not None and context.kernel else ""
+    return f"{side}: {result.run_id}{where}{kernel}"
+
+
 def compare_chart(a: BenchmarkResult, b: BenchmarkResult, deltas: Sequence[MetricDelta], fmt: Format,
-                  family: MetricFamily = "bandwidth") -> bytes:
+                  family: MetricFamily = "bandwidth", *, changes: Sequence[str] = ()) -> bytes:
+    """Before/after bars; under them, ``changes``: what differed between the runs (judge.judge's
+    context lines: the spec, tunables in effect, kernel, fio ...), or that nothing did."""
     rows = compare_rows(a, deltas, family)
     if not rows:
         raise NoData(f"runs {a.run_id} and {b.run_id} have no step in common with a {family} figure")
     scale = _SCALES[family]
+    shown = list(changes[:CHANGES_SHOWN])
+    if len(changes) > CHANGES_SHOWN:
+        shown.append(f"... and {len(changes) - CHANGES_SHOWN} more (stortune bench compare {a.run_id} "
+                     f"{b.run_id})")
+    caption = (["What changed from before to after:", *(f"  {line}" for line in shown)] if shown else
+               ["Nothing changed between the runs: same spec, settings, versions and topology."])
 
     def bar(ax: Any, offset: float, summaries: list[Summary], label: str) -> None:
         ax.bar([i + offset for i in range(len(summaries))], [s.mean * scale.factor for s in summaries], 0.38,
                yerr=[s.stdev * scale.factor for s in summaries], capsize=3, label=label)
 
     def build(figure: Figure) -> None:
-        ax = figure.subplots()
-        bar(ax, -0.2, [d.a for d in rows], f"before: {a.run_id}")
-        bar(ax, 0.2, [d.b for d in rows], f"after: {b.run_id}")
+        ax, notes = figure.subplots(2, 1, height_ratios=[_SIZE[1], 0.35 + 0.17 * len(caption)])
+        bar(ax, -0.2, [d.a for d in rows], _run_label("before", a))
+        bar(ax, 0.2, [d.b for d in rows], _run_label("after", b))
         top = max(max(d.a.mean + d.a.stdev, d.b.mean + d.b.stdev) for d in rows) * scale.factor
         for i, delta in enumerate(rows):
             height = max(delta.a.mean + delta.a.stdev, delta.b.mean + delta.b.stdev) * scale.factor
@@ -218,9 +242,13 @@ def compare_chart(a: BenchmarkResult, b: BenchmarkResult, deltas: Sequence[Metri
                         color={"better": "tab:green", "worse": "tab:red"}.get(delta.verdict, "0.3"))
         ax.set_xticks(range(len(rows)), [d.step for d in rows], rotation=20, ha="right")
         ax.set_ylabel(scale.label)
-        ax.set_ylim(0, top * 1.4 if top > 0 else 1)
+        ax.set_ylim(0, top * 1.6 if top > 0 else 1)
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(loc="upper left", ncol=2)
+        ax.legend(loc="upper left", ncol=1, fontsize=8)
+        notes.axis("off")
+        for index, line in enumerate(caption):
+            notes.text(0, 1 - index / max(len(caption), 1), line, transform=notes.transAxes, va="top",
+                       fontsize=8, family="monospace", fontweight="bold" if index == 0 else "normal")
         figure.suptitle(f"{a.name} -> {b.name}: {family} before and after (error bars: 1 stdev)")
 
-    return _render(build, fmt, _width(len(rows)))
+    return _render(build, fmt, _width(len(rows)), _SIZE[1] + 0.35 + 0.17 * len(caption))

@@ -9,7 +9,7 @@ like every other API object.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -21,6 +21,9 @@ from stortune.server.api.label_selector import parse_text
 from stortune.server.db.tables import BenchmarkBaseline, BenchmarkRawFile, BenchmarkRun, BenchmarkSchedule
 from stortune.server.models.common import API_VERSION, RequestModel
 from stortune.server.models.meta import ObjectMeta
+
+if TYPE_CHECKING:
+    from stortune.server.bench.judge import Comparison
 
 
 # -- runs ---------------------------------------------------------------------------------------
@@ -149,19 +152,28 @@ class ComparisonRow(BaseModel):
     unit: str
     a: SideView
     b: SideView
+    objective: bool = Field(default=False, description=(
+        "One of what the step is for (named by the spec's thresholds, or the step's throughput and "
+        "p99 latency): objective rows lead, and only they make `stortune bench compare` exit 2"))
     delta: float = Field(description="mean(B) - mean(A), in the metric's unit")
-    deltaPct: float | None = Field(description="The change in % of mean(A)")
-    noisePct: float | None = Field(description="The smallest change in % that would exceed the noise")
+    deltaPct: float | None = Field(description=(
+        "The change the noise rule judges, in %: of the geometric means of the repeats (of the "
+        "arithmetic means when a value is not positive)"))
+    noiseLowPct: float | None = Field(default=None, description="The noise interval's lower end, in %")
+    noiseHighPct: float | None = Field(default=None, description="The noise interval's upper end, in %")
+    noisePct: float | None = Field(description=(
+        "The noise interval's bound on the side of the change: significant when |deltaPct| exceeds it"))
     significant: bool
     verdict: Literal["better", "worse", "within noise"]
 
     @classmethod
-    def of(cls, d: MetricDelta) -> ComparisonRow:
+    def of(cls, d: MetricDelta, *, objective: bool = False) -> ComparisonRow:
         def side(s: Any) -> SideView:
             return SideView(n=s.n, mean=s.mean, stdev=s.stdev, cv=s.cv, noisy=s.noisy)
 
         return cls(step=d.step, metric=d.metric, unit=metrics.get(d.metric).unit, a=side(d.a), b=side(d.b),
-                   delta=d.delta, deltaPct=d.delta_pct, noisePct=d.noise_pct, significant=d.significant,
+                   objective=objective, delta=d.delta, deltaPct=d.delta_pct, noiseLowPct=d.noise_low_pct,
+                   noiseHighPct=d.noise_high_pct, noisePct=d.noise_pct, significant=d.significant,
                    verdict=d.verdict)
 
 
@@ -169,6 +181,14 @@ class ComparisonSummary(BaseModel):
     better: int
     worse: int
     withinNoise: int
+    objectiveWorse: int = Field(default=0, description=(
+        "Objective rows worse beyond the noise: the regressions `stortune bench compare` exits 2 for"))
+
+    @classmethod
+    def of(cls, comparison: Comparison) -> ComparisonSummary:
+        return cls(better=comparison.count("better"), worse=comparison.count("worse"),
+                   withinNoise=comparison.count("within noise"),
+                   objectiveWorse=len(comparison.regressions))
 
 
 class BenchmarkComparison(BaseModel):

@@ -215,14 +215,12 @@ def judge_run(who: Reader, run_id: RunId, session: SessionDep) -> BenchmarkJudge
     if base is None:
         return BenchmarkJudgement(run=ref, baseline=baseline.name, message="the baseline run has no result")
     comparison = judge.judge(base, result)
-    summary = ComparisonSummary(better=comparison.count("better"), worse=comparison.count("worse"),
-                                withinNoise=comparison.count("within noise"))
+    summary = ComparisonSummary.of(comparison)
     verdict = (f"{summary.worse} metric(s) worse than baseline {baseline.name}" if summary.worse else
                f"no metric worse than baseline {baseline.name} beyond the noise")
     return BenchmarkJudgement(
         run=ref, baseline=baseline.name, baselineRun=RunRef.from_row(base_row), message=verdict,
-        rows=[ComparisonRow.of(d) for d in comparison.deltas], summary=summary,
-        contextChanges=comparison.context)
+        rows=_rows(comparison), summary=summary, contextChanges=comparison.context)
 
 
 @router.get("/runs/{run_id}/plot", response_class=Response, responses={**_CHART, **NOT_FOUND, **CONFLICT},
@@ -244,6 +242,10 @@ def plot_run(
 
 
 # -- comparisons -------------------------------------------------------------------------------------
+def _rows(comparison: judge.Comparison) -> list[ComparisonRow]:
+    return [ComparisonRow.of(d, objective=comparison.is_objective(d)) for d in comparison.deltas]
+
+
 CompareId = Annotated[str, Query(pattern=RUN_ID_PATTERN, max_length=64)]
 
 
@@ -260,11 +262,8 @@ def compare_runs(who: Reader, session: SessionDep, a: CompareId, b: CompareId) -
     row_a, row_b, result_a, result_b = _pair(session, who, a, b)
     comparison = judge.judge(result_a, result_b)
     return BenchmarkComparison(
-        a=RunRef.from_row(row_a), b=RunRef.from_row(row_b),
-        rows=[ComparisonRow.of(d) for d in comparison.deltas],
-        summary=ComparisonSummary(better=comparison.count("better"), worse=comparison.count("worse"),
-                                  withinNoise=comparison.count("within noise")),
-        contextChanges=comparison.context)
+        a=RunRef.from_row(row_a), b=RunRef.from_row(row_b), rows=_rows(comparison),
+        summary=ComparisonSummary.of(comparison), contextChanges=comparison.context)
 
 
 @router.get("/compare/plot", response_class=Response, responses={**_CHART, **NOT_FOUND, **CONFLICT},
@@ -275,11 +274,13 @@ def plot_comparison(
         description="Which figure of each step the bars show")] = "bandwidth",
 ) -> Response:
     """Before/after bars per step, error bars one standard deviation, each pair labelled with the
-    change and the verdict."""
+    change, its noise and the verdict; under them, what changed between the runs."""
     _, _, result_a, result_b = _pair(session, who, a, b)
     session.close()
     try:
-        data = plots.compare_chart(result_a, result_b, judge.judge(result_a, result_b).deltas, format, metric)
+        comparison = judge.judge(result_a, result_b)
+        data = plots.compare_chart(result_a, result_b, comparison.deltas, format, metric,
+                                   changes=comparison.context)
     except plots.NoData as exc:
         raise Conflict(str(exc)) from None
     return Response(data, media_type=plots.MEDIA_TYPES[format])
