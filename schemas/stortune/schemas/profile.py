@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -23,7 +24,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from stortune.schemas import catalog
+from stortune.schemas import catalog, patterns
 from stortune.schemas.catalog import Tunable, TunableValueError
 from stortune.schemas.topology import DeviceKind, Role
 
@@ -55,6 +56,13 @@ _SIZE_UNITS = {
     "TI": 1024**4,
     "PI": 1024**5,
 }
+
+#: A regular expression in a document: RE2 syntax, full match, bounded (schemas/patterns.py).
+Regex = Annotated[str, AfterValidator(patterns.check_regex), Field(json_schema_extra={
+    "maxLength": patterns.MAX_PATTERN_LENGTH})]
+#: A shell glob in a document (``*``, ``?``, ``[a-z]``, ``[!0-9]``), full match, bounded.
+Glob = Annotated[str, AfterValidator(patterns.check_glob), Field(json_schema_extra={
+    "maxLength": patterns.MAX_PATTERN_LENGTH})]
 
 
 class _Doc(BaseModel):
@@ -213,35 +221,27 @@ class SizeRange(_Doc):
         )
 
 
-def _regex(v: str | None) -> str | None:
-    if v is not None:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression {v!r}: {exc}") from None
-    return v
-
-
 class Match(_Doc):
     """Topology facts a device must all have (an AND of the criteria given).
 
     Lists are alternatives (an OR); globs use shell syntax; model, vendor and
-    driver are regular expressions matched against the whole value.
+    driver are RE2 regular expressions matched against the whole value. Every
+    pattern is bounded and matched in linear time (schemas/patterns.py).
     """
 
     kind: list[DeviceKind] | None = None
-    name: list[str] | None = Field(default=None, description="Kernel name globs: sd*, nvme*n1")
-    id: list[str] | None = Field(default=None, description="Stable id globs: wwn:naa.6*")
-    model: str | None = Field(default=None, description="Regex, full match")
-    vendor: str | None = Field(default=None, description="Regex, full match")
-    driver: str | None = Field(default=None, description="SCSI host driver regex: megaraid_sas")
+    name: list[Glob] | None = Field(default=None, max_length=64,
+                                    description="Kernel name globs: sd*, nvme*n1")
+    id: list[Glob] | None = Field(default=None, max_length=64, description="Stable id globs: wwn:naa.6*")
+    model: Regex | None = Field(default=None, description="RE2 regular expression, full match")
+    vendor: Regex | None = Field(default=None, description="RE2 regular expression, full match")
+    driver: Regex | None = Field(default=None, description="SCSI host driver, RE2 regular expression:"
+                                                           " megaraid_sas")
     transport: list[Literal["sata", "sas", "nvme", "virtio", "fc", "iscsi", "usb", "scsi"]] | None = None
     rotational: bool | None = None
     raidLevel: list[str] | None = Field(default=None, description="md levels: raid5, raid6...")
     role: list[Role] | None = None
     size: SizeRange | None = None
-
-    _check_regex = field_validator("model", "vendor", "driver")(_regex)
 
     @field_validator("name")
     @classmethod

@@ -10,7 +10,6 @@ canonical units, so ``document()`` round-trips through ``parse_benchmark``.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from typing import Annotated, Any, Literal
 
@@ -41,7 +40,8 @@ from stortune.schemas.bench.steps import (
     WorkloadStep,
 )
 from stortune.schemas.documents import DocumentError, Problem, validation_problems
-from stortune.schemas.profile import API_VERSION, LabelSelector, Match, Metadata
+from stortune.schemas.patterns import glob_matches
+from stortune.schemas.profile import API_VERSION, Glob, LabelSelector, Match, Metadata
 
 KIND = "BenchmarkSpec"
 _NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -227,7 +227,7 @@ class Threshold(_Doc):
     """A bound on one metric's mean over the repeats of the steps named by ``step``."""
 
     metric: str = Field(json_schema_extra={"enum": list(metrics.METRICS)})
-    step: str = Field(default="*", description="Glob over step names: seq-1m/read, iozone-seq/t10/*")
+    step: Glob = Field(default="*", description="Glob over step names: seq-1m/read, iozone-seq/t10/*")
     min: _Threshold = None
     max: _Threshold = None
 
@@ -292,7 +292,7 @@ class BenchmarkSpecBody(_Doc):
                                  " distinct names (name: ...)")
             seen.add(step.name)
         for index, threshold in enumerate(self.thresholds):
-            if not any(fnmatch.fnmatchcase(s.name, threshold.step) for s in steps):
+            if not any(glob_matches(threshold.step, s.name) for s in steps):
                 raise ValueError(f"thresholds[{index}].step {threshold.step!r} matches no step;"
                                  f" steps are {', '.join(sorted(seen))}")
         if self.target.device is not None and not self.allowDestructive:
