@@ -22,10 +22,11 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.json_schema import SkipJsonSchema
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
-from stortune.schemas import catalog, patterns
+from stortune.schemas import catalog, patterns, sizes
 from stortune.schemas.catalog import Tunable, TunableValueError
+from stortune.schemas.sizes import parse_size
 from stortune.schemas.topology import DeviceKind, Role
 
 API_VERSION = "stortune/v1"
@@ -41,22 +42,6 @@ _LABEL_KEY = re.compile(
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 MAX_ANNOTATIONS_SIZE = 256 * 1024
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {
-    "": 1,
-    "B": 1,
-    "K": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-    "P": 1000**5,
-    "KI": 1024,
-    "MI": 1024**2,
-    "GI": 1024**3,
-    "TI": 1024**4,
-    "PI": 1024**5,
-}
-
 #: A regular expression in a document: RE2 syntax, full match, bounded (schemas/patterns.py).
 Regex = Annotated[str, AfterValidator(patterns.check_regex), Field(json_schema_extra={
     "maxLength": patterns.MAX_PATTERN_LENGTH})]
@@ -189,25 +174,23 @@ class LabelSelector(_Doc):
         return True
 
 
-def parse_size(value: int | str) -> int:
-    """'512GiB', '2T', '4096' -> bytes (decimal units for K/M/G/T, binary for Ki/Mi/...)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    m = _SIZE.fullmatch(str(value))
-    if not m:
-        raise ValueError(f"{value!r} is not a size like 500GB, 1.5TiB or 4096")
-    unit = (m.group(2) or "").upper().rstrip("B")
-    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+def _size_as_written(value: object) -> object:
+    parse_size(value)  # the one rule (stortune.schemas.sizes); the text is kept as written
+    return value
+
+
+#: Bytes, or a size with a unit; documents keep what was written, the planner reads the bytes.
+SizeText = Annotated[int | str, BeforeValidator(_size_as_written), WithJsonSchema(sizes.json_schema(
+    "Bytes, or with a unit: 500GB = 500 x 10^9, 1.5TiB = 1.5 x 2^40, 2T = 2 TiB (docs/profiles.md, Sizes)"))]
 
 
 class SizeRange(_Doc):
-    min: int | str | None = None
-    max: int | str | None = None
+    min: SizeText | None = None
+    max: SizeText | None = None
 
     @model_validator(mode="after")
     def _range(self) -> SizeRange:
-        lo = parse_size(self.min) if self.min is not None else None
-        hi = parse_size(self.max) if self.max is not None else None
+        lo, hi = self.bounds()
         if lo is None and hi is None:
             raise ValueError("give min, max or both")
         if lo is not None and hi is not None and lo > hi:

@@ -29,6 +29,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from stortune.schemas import sizes
 from stortune.schemas.bench import metrics, presets, units
 from stortune.schemas.bench.presets import Overrides, PresetName
 from stortune.schemas.bench.steps import (
@@ -46,16 +47,15 @@ from stortune.schemas.profile import API_VERSION, Glob, LabelSelector, Match, Me
 KIND = "BenchmarkSpec"
 _NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _NAME = re.compile(_NAME_PATTERN)
-_SIZE_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*[kKmMgGtTpP]?[iI]?[bB]?\s*$"
 _TIME_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*(ns|us|µs|ms|s|sec|m|min|h)?\s*$"
 #: Device nodes and kernel trees are never a file target.
 _SYSTEM_TREES = ("/dev", "/proc", "/sys")
 
 Size = Annotated[
     int,
-    BeforeValidator(units.parse_size),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": _SIZE_TEXT}],
-                    "description": "Bytes, or binary units: 4k, 64KiB, 1M, 1GiB"}),
+    BeforeValidator(sizes.parse_size),
+    WithJsonSchema(sizes.json_schema("Bytes, or with a unit (docs/profiles.md, Sizes): 4k = 4KiB = 4096,"
+                                     " 4KB = 4000, 1M = 1MiB, 1GB = 10^9")),
 ]
 Duration = Annotated[
     float,
