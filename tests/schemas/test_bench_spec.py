@@ -152,6 +152,41 @@ def test_errors_name_the_field(change: dict[str, object], path: str, message: st
     assert any(p == path and message in m for p, m in found), found
 
 
+@pytest.mark.parametrize(("change", "path"), [
+    # Hostile: pydantic's lax mode turned these into numbers and booleans; strings where the
+    # schema says integer or boolean are refused, whatever they spell.
+    ({"allowDestructive": "yes"}, "spec.allowDestructive"),
+    ({"allowDestructive": "false"}, "spec.allowDestructive"),
+    ({"allowDestructive": 1}, "spec.allowDestructive"),
+    ({"repeats": "3"}, "spec.repeats"),
+    ({"repeats": 3.0}, "spec.repeats"),
+    ({"workloads": [{"name": "w", "pattern": "read", "iodepth": "32"}]}, "spec.workloads[0].iodepth"),
+    ({"workloads": [{"name": "w", "pattern": "read", "numjobs": True}]}, "spec.workloads[0].numjobs"),
+    ({"workloads": [{"name": "w", "pattern": "read", "direct": "no"}]}, "spec.workloads[0].direct"),
+    ({"workloads": [{"name": "w", "pattern": "rw", "rwmixread": 70.0}]}, "spec.workloads[0].rwmixread"),
+    ({"workloads": [{"name": "w", "pattern": "read", "repeats": "2"}]}, "spec.workloads[0].repeats"),
+    ({"workloads": [{"name": "w", "pattern": "randrw", "blockSizeSplit": [
+        {"size": "4k", "percent": "50"}, {"size": "64k", "percent": 50}]}]},
+     "spec.workloads[0].blockSizeSplit[0].percent"),
+    ({"workloads": [{"name": "w", "pattern": "read", "blockSize": 4096.0}]}, "spec.workloads[0].blockSize"),
+    ({"workloads": [{"preset": "seq-1m", "direct": "true"}]}, "spec.workloads[0].direct"),
+    ({"workloads": [{"preset": "seq-1m", "repeats": "2"}]}, "spec.workloads[0].repeats"),
+    ({"target": {"file": {"path": "/srv/x", "size": "1G", "keep": "yes"}}}, "spec.target.file.keep"),
+    ({"workloads": [{"name": "w", "pattern": "randrw", "blockSizeSplit": "4k/5O:64k/50"}]},
+     "spec.workloads[0].blockSizeSplit"),
+])
+def test_scalars_are_typed_strictly(change: dict[str, object], path: str) -> None:
+    found = problems(with_spec(**change))
+    assert path in [p for p, _ in found], found
+
+
+def test_block_size_split_text_still_reads_its_percentages() -> None:
+    spec = load_benchmark(with_spec(thresholds=[], workloads=[{"name": "w", "pattern": "randrw",
+                                                "blockSizeSplit": "4k/30: 8k/50 :64k/20"}]))
+    (step,) = spec.steps(TargetFacts())
+    assert [(e.size, e.percent) for e in step.block_size_split or []] == [(4096, 30), (8192, 50), (65536, 20)]
+
+
 def test_writing_to_a_raw_device_needs_allow_destructive() -> None:
     found = problems(with_spec(allowDestructive=False))
     assert any(p == "spec" and "allowDestructive is not true" in m and "iozone-seq/t1/write" in m

@@ -357,7 +357,7 @@ def test_writes_enqueue_old_and_new_selected_hosts(
     assert controller.hosts() == set()  # metadata only: nothing for hosts to do
 
 
-# -- patterns (issue 14) ------------------------------------------------------
+# -- patterns and strict types (issue 14) ------------------------------------------------------
 def _with_match(doc: dict[str, Any], **match: Any) -> dict[str, Any]:
     doc["spec"]["rules"][0]["match"] = {"kind": ["disk"], **match}
     return doc
@@ -408,3 +408,22 @@ def test_catastrophic_pattern_dry_run_answers_at_once(client: TestClient) -> Non
     matching = _with_match(profile_doc("other"), model="(.*.*)*01")
     (change,) = client.post(f"{PROFILES}?dryRun=All", json=matching).json()["plans"]["h1"]["changes"]
     assert (change["device"], change["desired"]) == ("nvme0n1", 4096)
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda d: d["spec"]["rules"][0].update(settings={"read_ahead_kb": "4096"}),
+     "spec.rules[0].settings.read_ahead_kb"),
+    (lambda d: d["spec"]["rules"][0].update(settings={"read_ahead_kb": 4096.0}),
+     "spec.rules[0].settings.read_ahead_kb"),
+    (lambda d: d["spec"].update(priority="100"), "spec.priority"),
+    (lambda d: d["spec"]["rules"][0]["match"].update(rotational="yes"), "spec.rules[0].match.rotational"),
+    (lambda d: d["spec"]["rules"][0]["match"].update(size={"min": True}), "spec.rules[0].match.size.min"),
+])
+def test_documents_are_typed_strictly(client: TestClient, mutate: Any, field: str) -> None:
+    """Hostile: a string where the schema says integer was accepted and converted."""
+    doc = profile_doc()
+    mutate(doc)
+    for response in (client.post(PROFILES, json=doc), client.post(f"{PROFILES}?dryRun=All", json=doc)):
+        assert response.status_code == 422, response.text
+        assert field in [f for f, _ in causes(response)], causes(response)
+    assert client.get(PROFILES).json()["items"] == []

@@ -18,6 +18,8 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
     create_model,
     field_validator,
     model_validator,
@@ -42,6 +44,7 @@ _LABEL_KEY = re.compile(
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 MAX_ANNOTATIONS_SIZE = 256 * 1024
+
 #: A regular expression in a document: RE2 syntax, full match, bounded (schemas/patterns.py).
 Regex = Annotated[str, AfterValidator(patterns.check_regex), Field(json_schema_extra={
     "maxLength": patterns.MAX_PATTERN_LENGTH})]
@@ -85,7 +88,7 @@ class Metadata(_Doc):
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
     # Set by the control plane; accepted on input so documents round-trip.
-    generation: int | None = None
+    generation: StrictInt | None = None
     resourceVersion: str | None = None
     uid: str | None = None
     creationTimestamp: str | None = None
@@ -221,7 +224,7 @@ class Match(_Doc):
     driver: Regex | None = Field(default=None, description="SCSI host driver, RE2 regular expression:"
                                                            " megaraid_sas")
     transport: list[Literal["sata", "sas", "nvme", "virtio", "fc", "iscsi", "usb", "scsi"]] | None = None
-    rotational: bool | None = None
+    rotational: StrictBool | None = None
     raidLevel: list[str] | None = Field(default=None, description="md levels: raid5, raid6...")
     role: list[Role] | None = None
     size: SizeRange | None = None
@@ -330,7 +333,7 @@ class ProfileSpec(_Doc):
     hostSelector: LabelSelector | None = Field(
         default=None, description="Hosts this profile applies to (used by the control plane)"
     )
-    priority: int = Field(
+    priority: StrictInt = Field(
         default=0,
         ge=-1000,
         le=1000,

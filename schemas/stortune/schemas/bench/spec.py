@@ -20,6 +20,8 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    StrictBool,
+    StrictInt,
     Tag,
     ValidationError,
     ValidationInfo,
@@ -84,7 +86,7 @@ def _check_name(value: str, what: str) -> str:
 class FileTarget(_Doc):
     path: str = Field(description="Absolute path of the file to create (or reuse) on a mounted filesystem")
     size: Size = Field(gt=0, description="How large the file is made")
-    keep: bool = Field(default=False, description="Keep the file after the run (default: remove"
+    keep: StrictBool = Field(default=False, description="Keep the file after the run (default: remove"
                                                   " a file the run created)")
 
     @field_validator("path")
@@ -117,18 +119,23 @@ def _split(value: object) -> object:
     """'4k/50:64k/50' (fio's bssplit) -> [{size, percent}, ...]; lists pass through."""
     if not isinstance(value, str):
         return value
+    if len(value) > 1024:
+        raise ValueError(f"a block size split is at most 1024 characters, got {len(value)}")
     out = []
     for part in value.split(":"):
         size, sep, pct = part.partition("/")
         if not sep:
             raise ValueError(f"{part!r} in {value!r} is not SIZE/PERCENT (4k/50:64k/50)")
-        out.append({"size": size, "percent": pct})
+        pct = pct.strip()
+        if not (pct.isascii() and pct.isdigit() and len(pct) <= 3):
+            raise ValueError(f"{part!r} in {value!r}: the percentage {pct!r} is not a whole number")
+        out.append({"size": size, "percent": int(pct)})
     return out
 
 
 class SplitItem(_Doc):
     size: Size = Field(gt=0)
-    percent: int = Field(ge=0, le=100)
+    percent: StrictInt = Field(ge=0, le=100)
 
 
 class Workload(_Doc):
@@ -136,19 +143,19 @@ class Workload(_Doc):
 
     name: str = Field(json_schema_extra={"pattern": _NAME_PATTERN})
     pattern: Pattern
-    rwmixread: int | None = Field(default=None, ge=0, le=100,
+    rwmixread: StrictInt | None = Field(default=None, ge=0, le=100,
                                   description="Percent reads of rw/randrw (default 50)")
     blockSize: Size | None = Field(default=None, gt=0, description="Default 4k")
     blockSizeSplit: Annotated[list[SplitItem] | None, BeforeValidator(_split)] = Field(
-        default=None, description="Block sizes with their share: 4k/50:64k/50 or a list")
-    iodepth: int = Field(default=1, ge=1, le=65536)
-    numjobs: int = Field(default=1, ge=1, le=1024)
-    direct: bool = Field(default=True, description="O_DIRECT; false for buffered I/O")
+        default=None, max_length=64, description="Block sizes with their share: 4k/50:64k/50 or a list")
+    iodepth: StrictInt = Field(default=1, ge=1, le=65536)
+    numjobs: StrictInt = Field(default=1, ge=1, le=1024)
+    direct: StrictBool = Field(default=True, description="O_DIRECT; false for buffered I/O")
     ioengine: IoEngine | None = Field(default=None, description="Default libaio, psync when buffered")
     size: Size | None = Field(default=None, gt=0, description="Bytes per job; default the whole target")
     runtime: Duration | None = Field(default=None, gt=0, description="Run this long (time based)")
     rampTime: Duration = Field(default=0.0, ge=0)
-    repeats: int | None = Field(default=None, ge=1, le=100)
+    repeats: StrictInt | None = Field(default=None, ge=1, le=100)
 
     @field_validator("name")
     @classmethod
@@ -193,8 +200,8 @@ class PresetRef(_Doc):
     size: Size | None = Field(default=None, gt=0, description="Bytes per job")
     runtime: Duration | None = Field(default=None, gt=0)
     rampTime: Duration | None = Field(default=None, ge=0)
-    direct: bool | None = None
-    repeats: int | None = Field(default=None, ge=1, le=100)
+    direct: StrictBool | None = None
+    repeats: StrictInt | None = Field(default=None, ge=1, le=100)
 
     @field_validator("name")
     @classmethod
@@ -266,10 +273,10 @@ class BenchmarkSpecBody(_Doc):
     hostSelector: LabelSelector | None = Field(
         default=None, description="Hosts to run on (used by the control plane)")
     target: Target
-    allowDestructive: bool = Field(
+    allowDestructive: StrictBool = Field(
         default=False, description="Allow write workloads on a raw device, destroying its contents")
     workloads: list[WorkloadItem] = Field(min_length=1, max_length=64)
-    repeats: int = Field(default=1, ge=1, le=100, description="Runs of each step (for mean and spread)")
+    repeats: StrictInt = Field(default=1, ge=1, le=100, description="Runs of each step (for mean and spread)")
     thresholds: list[Threshold] = Field(default_factory=list, max_length=256)
 
     def steps(self, facts: TargetFacts) -> list[WorkloadStep]:
