@@ -175,6 +175,25 @@ def test_not_a_storage_profile(tmp_path: Path) -> None:
     assert "kind: 'ConfigMap' is not a StorageProfile document" in result.stderr
 
 
+@pytest.mark.parametrize("command", ["plan", "apply", "explain", "udev-rules"])
+@pytest.mark.parametrize(("model", "words"), [
+    ("(" * 1000, "the regular expression has 1000 characters; at most 256"),  # was a RecursionError
+    (r"(\w)\1", "not a regular expression RE2 can run: invalid escape sequence: \\1"),
+])
+def test_a_pattern_that_cannot_run_is_named_without_a_traceback(
+    tmp_path: Path, command: str, model: str, words: str,
+) -> None:
+    """Hostile: the document is refused before any device is read or written."""
+    doc = tmp_path / "p.yaml"
+    doc.write_text(profile("sda", "{read_ahead_kb: 4096}", match=f"{{kind: [disk], model: '{model}'}}"))
+    state = tmp_path / "state"
+    result = agent(command, "-f", str(doc), *(["--state-dir", str(state)] if command == "apply" else []))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert f"p.yaml (StorageProfile/loop-test): spec.rules[0].match.model: {words}" in result.stderr
+    assert not (state / "desired.json").exists()
+
+
 def test_explain_and_udev_rules(loop: str, tmp_path: Path) -> None:
     doc = tmp_path / "p.yaml"
     doc.write_text(profile(loop, "{read_ahead_kb: 4096}") + "    - name: disks-only\n"

@@ -234,3 +234,29 @@ def test_a_conflict_is_retried_once_on_a_fresh_read(control_plane: ControlPlane,
     with racing as client, pytest.raises(Conflict) as caught:
         sync.apply(client, again, dry_run=False)
     assert "the object has been modified" in caught.value.message
+
+
+def _with_model(name: str, model: str) -> str:
+    text = profile_yaml(name)
+    return text.replace("match: {kind: [disk], rotational: true}",
+                        f"match: {{kind: [disk], rotational: true, model: '{model}'}}")
+
+
+@pytest.mark.parametrize("command", ["apply", "diff"])
+def test_a_pattern_that_cannot_run_is_a_clean_error_naming_the_field(
+    stortune: Run, control_plane: ControlPlane, tmp_path: Path, command: str,
+) -> None:
+    """Hostile: 1,000 open parentheses were a RecursionError traceback; a backreference was
+    accepted (and could backtrack for ever). Both are named, and nothing is sent."""
+    (tmp_path / "a.yaml").write_text(_with_model("parens", "(" * 1000))
+    (tmp_path / "b.yaml").write_text(_with_model("backref", r"(\w)\1"))
+    (tmp_path / "c.yaml").write_text(_with_model("fine", "PERC.*"))
+    result = stortune(command, "-f", str(tmp_path))
+    assert result.code == 1
+    assert "Traceback" not in result.err and result.out == ""
+    assert "nothing was sent" in result.err
+    assert "a.yaml (StorageProfile/parens): spec.rules[0].match.model: the regular expression has 1000" \
+           " characters; at most 256" in result.err
+    assert "b.yaml (StorageProfile/backref): spec.rules[0].match.model: not a regular expression RE2 can" \
+           " run: invalid escape sequence: \\1" in result.err
+    assert control_plane.profiles() == {}

@@ -82,6 +82,42 @@ def test_bad_values_name_the_field(old: str, new: str, path: str, words: str) ->
     assert any(p == path and words in m for p, m in found), found
 
 
+@pytest.mark.parametrize(
+    ("old", "new", "path"),
+    [
+        # Hostile: numeric strings were turned into integers (catalog.Tunable.validate), and
+        # pydantic's lax mode read "100" as 100 and "yes" as true. The schema says integer and
+        # boolean: anything else is refused, naming the field.
+        ("read_ahead_kb: 4096", 'read_ahead_kb: "4096"', "spec.rules[0].settings.read_ahead_kb"),
+        ("read_ahead_kb: 4096", 'read_ahead_kb: " 4096 "', "spec.rules[0].settings.read_ahead_kb"),
+        ("read_ahead_kb: 4096", "read_ahead_kb: 4096.0", "spec.rules[0].settings.read_ahead_kb"),
+        ("read_ahead_kb: 4096", "read_ahead_kb: true", "spec.rules[0].settings.read_ahead_kb"),
+        ("nr_requests: 64", 'nr_requests: "64"', "spec.rules[0].settings.nr_requests"),
+        ("sync_speed_max: 100000", 'sync_speed_max: "100000"', "spec.rules[1].settings.sync_speed_max"),
+        ("scheduler: mq-deadline", "scheduler: 1", "spec.rules[0].settings.scheduler"),
+        ("priority: 100", 'priority: "100"', "spec.priority"),
+        ("priority: 100", "priority: 100.0", "spec.priority"),
+        ("priority: 100", "priority: false", "spec.priority"),
+        ("rotational: true", 'rotational: "yes"', "spec.rules[0].match.rotational"),
+        ("rotational: true", 'rotational: "true"', "spec.rules[0].match.rotational"),
+        ("rotational: true", "rotational: 1", "spec.rules[0].match.rotational"),
+        ("labels: {workload: streaming}", "labels: {workload: streaming}, generation: '2'",
+         "metadata.generation"),
+    ],
+)
+def test_documents_are_typed_strictly(old: str, new: str, path: str) -> None:
+    assert old in GOOD
+    found = problems(GOOD.replace(old, new))
+    assert path in [p for p, _ in found], found
+
+
+def test_yaml_scalars_keep_their_types() -> None:
+    """YAML gives integers and booleans for 4096 and true (and, in YAML 1.1, yes): those work."""
+    (profile,) = load_profiles(GOOD.replace("rotational: true", "rotational: yes"))
+    assert profile.spec.rules[0].match.rotational is True
+    assert profile.spec.rules[0].values()["read_ahead_kb"] == 4096
+
+
 def test_setting_no_matched_kind_can_carry() -> None:
     found = problems(GOOD.replace("kind: [md]", "kind: [partition]"))
     assert any(p == "spec.rules[1]" and "stripe_cache_size applies to ['md']" in m for p, m in found)

@@ -125,3 +125,31 @@ def test_a_read_marked_audited_is_audited(app: FastAPI, token_for: TokenFor) -> 
         ("vendor", "GET", "hosts/h2/diagnostics-example", 404),
         ("vendor", "GET", "hosts/h1/diagnostics-example", 200),
     ]
+
+
+@pytest.mark.parametrize("since", [
+    # Hostile: pydantic read these as times although the parameter is documented as an RFC 3339
+    # date-time: a Unix time, a date alone, a space for the T, no seconds.
+    "1", "1700000000", "1e10", "2025-03-01", "2025-03-01 12:00:00Z", "2025-03-01T12:00Z",
+    "yesterday", "", "2025-13-01T00:00:00Z", "2025-02-30T12:00:00Z", "2025-03-01T12:00:00+25:00",
+    "\uff12\uff10\uff12\uff15-03-01T12:00:00Z", "2025-03-01T12:00:00Z" + "0" * 1000,
+    "2025-03-01T12:00:00\x00Z",
+])
+def test_since_takes_an_rfc3339_date_time_and_nothing_else(client: TestClient, since: str) -> None:
+    response = client.get(AUDIT, params={"since": since})
+    assert response.status_code == 422, (since, response.text)
+    (cause,) = response.json()["details"]["causes"]
+    assert cause["field"] == "query.since"
+    assert "date-time" in cause["message"]
+
+
+def test_since_reads_zones(client: TestClient, clock: FakeClock) -> None:
+    client.post(f"{API}/profiles", json=profile_doc("vod"))  # audited at 2025-03-01T12:00:00Z
+    for since, found in [("2025-03-01T12:00:00Z", 1), ("2025-03-01T12:00:00.000001Z", 0),
+                         ("2025-03-01T12:00:00", 1),  # no zone: UTC
+                         ("2025-03-01T13:00:00+01:00", 1), ("2025-03-01T12:00:01+00:00", 0),
+                         ("2025-03-01t11:59:59z", 1)]:
+        assert len(records(client, since=since)) == found, since
+    parameters = client.get("/openapi.json").json()["paths"][AUDIT]["get"]["parameters"]
+    (documented,) = [p for p in parameters if p["name"] == "since"]
+    assert documented["schema"]["anyOf"][0] == {"type": "string", "format": "date-time"}

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import pytest
 
-from stortune.schemas.topology import RecordedOriginal
+from stortune.schemas.topology import Device, DeviceKind, RecordedOriginal, Topology, TunableState
 from stortune.server import RecordingController
 from stortune.server.db.tables import Host
 from tests.server.builders import API, loop_topology, profile_doc, registration, with_changes
@@ -477,3 +478,75 @@ def test_plans_of_a_profile_being_deleted_are_refused_and_need_the_right_to_writ
     viewer = TestClient(app, headers=bearer(issue_token(app, "viewer")))
     assert viewer.post(f"{API}/plans", json={"delete": ["streaming"]}).status_code == 403
     assert viewer.delete(f"{PROFILES}/streaming?dryRun=All").status_code == 403
+
+
+# -- patterns and strict types (issue 14) ------------------------------------------------------
+def _with_match(doc: dict[str, Any], **match: Any) -> dict[str, Any]:
+    doc["spec"]["rules"][0]["match"] = {"kind": ["disk"], **match}
+    return doc
+
+
+@pytest.mark.parametrize(("pattern", "words"), [
+    ("(" * 1000, "at most 256"),                  # RecursionError in re.compile: was a 500
+    ("(" * 100, "missing )"),                     # within the length bound: RE2 says why
+    (r"(\w)\1", "invalid escape sequence"),       # a backreference
+    ("(?!x).*", "invalid perl operator"),         # lookahead
+    ("x{1001}", "invalid repetition size"),
+])
+def test_patterns_that_cannot_run_are_422_naming_the_field(
+    client: TestClient, pattern: str, words: str,
+) -> None:
+    """Hostile: create, dry run and replace (and its dry run) all refuse the pattern with the field."""
+    create(client, profile_doc("held"))
+    calls = [("post", PROFILES, "bad"), ("post", f"{PROFILES}?dryRun=All", "bad"),
+             ("put", f"{PROFILES}/held", "held"), ("put", f"{PROFILES}/held?dryRun=All", "held")]
+    for method, url, name in calls:
+        response = client.request(method, url, json=_with_match(profile_doc(name), model=pattern))
+        assert response.status_code == 422, (method, url, response.text)
+        assert any(f == "spec.rules[0].match.model" and words in m for f, m in causes(response)), \
+            causes(response)
+    assert [p["metadata"]["name"] for p in client.get(PROFILES).json()["items"]] == ["held"]
+    assert client.get(f"{PROFILES}/held").json()["spec"]["rules"][0]["match"] == {"kind": ["loop"]}
+
+
+def test_catastrophic_pattern_dry_run_answers_at_once(client: TestClient) -> None:
+    """Hostile: ``(.*.*)*X`` froze the whole process for 17 s against a 16-character model (the
+    dry run plans in the request). Against a 40-character model it now answers at once, and so
+    does /healthz after it. The bound is generous: the old code would not finish within a day."""
+    model = "SAMSUNG MZQL23T8HCLS-00A07 ENTERPRISE 01"
+    assert len(model) == 40
+    disk = Device(name="nvme0n1", kind=DeviceKind.DISK, id="wwn:eui.0025", model=model, rotational=False,
+                  tunables={"read_ahead_kb": TunableState(supported=True, value=128, raw="128",
+                                                          writable=True)})
+    topology = Topology(hostname="h1", kernel="6.1.0", devices=[disk])
+    registered = client.post(f"{API}/agents/register", json=registration("h1", topology=topology))
+    assert registered.status_code == 200
+    started = time.monotonic()
+    response = client.post(f"{PROFILES}?dryRun=All",
+                           json=_with_match(profile_doc(), model="(.*.*)*X"))
+    assert response.status_code == 200, response.text
+    assert client.get("/healthz").status_code == 200
+    assert time.monotonic() - started < 5
+    assert response.json()["plans"]["h1"]["changes"] == []  # the model does not end in X
+    matching = _with_match(profile_doc("other"), model="(.*.*)*01")
+    (change,) = client.post(f"{PROFILES}?dryRun=All", json=matching).json()["plans"]["h1"]["changes"]
+    assert (change["device"], change["desired"]) == ("nvme0n1", 4096)
+
+
+@pytest.mark.parametrize(("mutate", "field"), [
+    (lambda d: d["spec"]["rules"][0].update(settings={"read_ahead_kb": "4096"}),
+     "spec.rules[0].settings.read_ahead_kb"),
+    (lambda d: d["spec"]["rules"][0].update(settings={"read_ahead_kb": 4096.0}),
+     "spec.rules[0].settings.read_ahead_kb"),
+    (lambda d: d["spec"].update(priority="100"), "spec.priority"),
+    (lambda d: d["spec"]["rules"][0]["match"].update(rotational="yes"), "spec.rules[0].match.rotational"),
+    (lambda d: d["spec"]["rules"][0]["match"].update(size={"min": True}), "spec.rules[0].match.size.min"),
+])
+def test_documents_are_typed_strictly(client: TestClient, mutate: Any, field: str) -> None:
+    """Hostile: a string where the schema says integer was accepted and converted."""
+    doc = profile_doc()
+    mutate(doc)
+    for response in (client.post(PROFILES, json=doc), client.post(f"{PROFILES}?dryRun=All", json=doc)):
+        assert response.status_code == 422, response.text
+        assert field in [f for f, _ in causes(response)], causes(response)
+    assert client.get(PROFILES).json()["items"] == []

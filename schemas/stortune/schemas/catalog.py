@@ -72,12 +72,13 @@ class Tunable:
         return str(value)
 
     def validate(self, value: object) -> Value:
-        """Static validation (no device needed); returns the normalised value."""
+        """Static validation (no device needed); returns the value.
+
+        Strict: a document that says ``"4096"`` where the schema says integer is
+        refused, not converted (values read from the kernel go through ``parse``).
+        """
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, str) and re.fullmatch(r"-?\d+", value.strip()):
-                value = int(value.strip())
-            else:
-                raise TunableValueError(f"must be an integer{self._unit_hint()}, got {value!r}")
+            raise TunableValueError(f"must be an integer{self._unit_hint()}, got {value!r:.80}")
         if self.minimum is not None and value < self.minimum:
             raise TunableValueError(f"must be >= {self.minimum}{self._unit_hint()}, got {value}")
         if self.maximum is not None and value > self.maximum:
@@ -132,7 +133,7 @@ class ChoiceTunable(Tunable):
     def validate(self, value: object) -> Value:
         if not isinstance(value, str) or not _SCHED_NAME.fullmatch(value):
             raise TunableValueError(
-                f"must be a scheduler name such as {', '.join(self.known)}, got {value!r}"
+                f"must be a scheduler name such as {', '.join(self.known)}, got {value!r:.80}"
             )
         return value
 

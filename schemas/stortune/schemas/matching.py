@@ -1,10 +1,11 @@
-"""Does a rule's ``match`` select a device? Answers with the reason when not."""
+"""Does a rule's ``match`` select a device? Answers with the reason when not.
+
+Patterns are matched by RE2 (schemas/patterns.py): linear in the value, whatever the pattern.
+"""
 
 from __future__ import annotations
 
-import re
-from fnmatch import fnmatchcase
-
+from stortune.schemas.patterns import glob_matches, regex_matches
 from stortune.schemas.profile import Match
 from stortune.schemas.topology import Device
 
@@ -21,7 +22,7 @@ def _human(n: int) -> str:
 def _regex(field: str, pattern: str, actual: str | None) -> str | None:
     if actual is None:
         return f"{field} is unknown (sysfs does not report it), rule wants /{pattern}/"
-    if re.fullmatch(pattern, actual.strip()) is None:
+    if not regex_matches(pattern, actual.strip()):
         return f"{field} {actual!r} does not match /{pattern}/"
     return None
 
@@ -30,9 +31,9 @@ def mismatch(match: Match, dev: Device) -> str | None:
     """None when every criterion holds, else the first one that does not, in words."""
     if match.kind is not None and dev.kind not in match.kind:
         return f"kind {dev.kind.value} is not one of {[k.value for k in match.kind]}"
-    if match.name is not None and not any(fnmatchcase(dev.name, g) for g in match.name):
+    if match.name is not None and not any(glob_matches(g, dev.name) for g in match.name):
         return f"name {dev.name} matches none of {match.name}"
-    if match.id is not None and not any(fnmatchcase(dev.id, g) for g in match.id):
+    if match.id is not None and not any(glob_matches(g, dev.id) for g in match.id):
         return f"id {dev.id} matches none of {match.id}"
     if match.vendor is not None and (why := _regex("vendor", match.vendor, dev.vendor)):
         return why

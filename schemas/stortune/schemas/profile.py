@@ -13,18 +13,22 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    StrictBool,
+    StrictInt,
     create_model,
     field_validator,
     model_validator,
 )
-from pydantic.json_schema import SkipJsonSchema
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
-from stortune.schemas import catalog
+from stortune.schemas import catalog, patterns, sizes
 from stortune.schemas.catalog import Tunable, TunableValueError
+from stortune.schemas.sizes import parse_size
 from stortune.schemas.topology import DeviceKind, Role
 
 API_VERSION = "stortune/v1"
@@ -40,21 +44,13 @@ _LABEL_KEY = re.compile(
 )
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 MAX_ANNOTATIONS_SIZE = 256 * 1024
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]i?B?|B)?\s*$", re.IGNORECASE)
-_SIZE_UNITS = {
-    "": 1,
-    "B": 1,
-    "K": 1000,
-    "M": 1000**2,
-    "G": 1000**3,
-    "T": 1000**4,
-    "P": 1000**5,
-    "KI": 1024,
-    "MI": 1024**2,
-    "GI": 1024**3,
-    "TI": 1024**4,
-    "PI": 1024**5,
-}
+
+#: A regular expression in a document: RE2 syntax, full match, bounded (schemas/patterns.py).
+Regex = Annotated[str, AfterValidator(patterns.check_regex), Field(json_schema_extra={
+    "maxLength": patterns.MAX_PATTERN_LENGTH})]
+#: A shell glob in a document (``*``, ``?``, ``[a-z]``, ``[!0-9]``), full match, bounded.
+Glob = Annotated[str, AfterValidator(patterns.check_glob), Field(json_schema_extra={
+    "maxLength": patterns.MAX_PATTERN_LENGTH})]
 
 
 class _Doc(BaseModel):
@@ -92,7 +88,7 @@ class Metadata(_Doc):
     labels: dict[str, str] = Field(default_factory=dict, max_length=64)
     annotations: dict[str, str] = Field(default_factory=dict, max_length=64)
     # Set by the control plane; accepted on input so documents round-trip.
-    generation: int | None = None
+    generation: StrictInt | None = None
     resourceVersion: str | None = None
     uid: str | None = None
     creationTimestamp: str | None = None
@@ -181,25 +177,23 @@ class LabelSelector(_Doc):
         return True
 
 
-def parse_size(value: int | str) -> int:
-    """'512GiB', '2T', '4096' -> bytes (decimal units for K/M/G/T, binary for Ki/Mi/...)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    m = _SIZE.fullmatch(str(value))
-    if not m:
-        raise ValueError(f"{value!r} is not a size like 500GB, 1.5TiB or 4096")
-    unit = (m.group(2) or "").upper().rstrip("B")
-    return int(float(m.group(1)) * _SIZE_UNITS[unit])
+def _size_as_written(value: object) -> object:
+    parse_size(value)  # the one rule (stortune.schemas.sizes); the text is kept as written
+    return value
+
+
+#: Bytes, or a size with a unit; documents keep what was written, the planner reads the bytes.
+SizeText = Annotated[int | str, BeforeValidator(_size_as_written), WithJsonSchema(sizes.json_schema(
+    "Bytes, or with a unit: 500GB = 500 x 10^9, 1.5TiB = 1.5 x 2^40, 2T = 2 TiB (docs/profiles.md, Sizes)"))]
 
 
 class SizeRange(_Doc):
-    min: int | str | None = None
-    max: int | str | None = None
+    min: SizeText | None = None
+    max: SizeText | None = None
 
     @model_validator(mode="after")
     def _range(self) -> SizeRange:
-        lo = parse_size(self.min) if self.min is not None else None
-        hi = parse_size(self.max) if self.max is not None else None
+        lo, hi = self.bounds()
         if lo is None and hi is None:
             raise ValueError("give min, max or both")
         if lo is not None and hi is not None and lo > hi:
@@ -213,35 +207,27 @@ class SizeRange(_Doc):
         )
 
 
-def _regex(v: str | None) -> str | None:
-    if v is not None:
-        try:
-            re.compile(v)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression {v!r}: {exc}") from None
-    return v
-
-
 class Match(_Doc):
     """Topology facts a device must all have (an AND of the criteria given).
 
     Lists are alternatives (an OR); globs use shell syntax; model, vendor and
-    driver are regular expressions matched against the whole value.
+    driver are RE2 regular expressions matched against the whole value. Every
+    pattern is bounded and matched in linear time (schemas/patterns.py).
     """
 
     kind: list[DeviceKind] | None = None
-    name: list[str] | None = Field(default=None, description="Kernel name globs: sd*, nvme*n1")
-    id: list[str] | None = Field(default=None, description="Stable id globs: wwn:naa.6*")
-    model: str | None = Field(default=None, description="Regex, full match")
-    vendor: str | None = Field(default=None, description="Regex, full match")
-    driver: str | None = Field(default=None, description="SCSI host driver regex: megaraid_sas")
+    name: list[Glob] | None = Field(default=None, max_length=64,
+                                    description="Kernel name globs: sd*, nvme*n1")
+    id: list[Glob] | None = Field(default=None, max_length=64, description="Stable id globs: wwn:naa.6*")
+    model: Regex | None = Field(default=None, description="RE2 regular expression, full match")
+    vendor: Regex | None = Field(default=None, description="RE2 regular expression, full match")
+    driver: Regex | None = Field(default=None, description="SCSI host driver, RE2 regular expression:"
+                                                           " megaraid_sas")
     transport: list[Literal["sata", "sas", "nvme", "virtio", "fc", "iscsi", "usb", "scsi"]] | None = None
-    rotational: bool | None = None
+    rotational: StrictBool | None = None
     raidLevel: list[str] | None = Field(default=None, description="md levels: raid5, raid6...")
     role: list[Role] | None = None
     size: SizeRange | None = None
-
-    _check_regex = field_validator("model", "vendor", "driver")(_regex)
 
     @field_validator("name")
     @classmethod
@@ -347,7 +333,7 @@ class ProfileSpec(_Doc):
     hostSelector: LabelSelector | None = Field(
         default=None, description="Hosts this profile applies to (used by the control plane)"
     )
-    priority: int = Field(
+    priority: StrictInt = Field(
         default=0,
         ge=-1000,
         le=1000,

@@ -10,7 +10,6 @@ the profile generations the agent had applied.
 
 from __future__ import annotations
 
-import fnmatch
 import statistics
 from collections.abc import Sequence
 from typing import Any, Final, Literal
@@ -22,6 +21,7 @@ from stortune.schemas.bench.fioresult import FioResult
 from stortune.schemas.bench.spec import Threshold
 from stortune.schemas.bench.stats import IozoneTable, Summary, iozone_tables, summarize
 from stortune.schemas.bench.steps import TargetFacts, WorkloadStep
+from stortune.schemas.patterns import glob_matches
 
 RunState = Literal["queued", "running", "done", "failed", "cancelled"]
 RUN_STATES: Final = ("queued", "running", "done", "failed", "cancelled")
@@ -170,7 +170,7 @@ def evaluate(thresholds: Sequence[Threshold], summaries: dict[str, dict[str, Sum
     for t in thresholds:
         metric = metrics.get(t.metric)
         matched = [(step, m[t.metric]) for step, m in summaries.items()
-                   if fnmatch.fnmatchcase(step, t.step) and t.metric in m]
+                   if glob_matches(t.step, step) and t.metric in m]
         if not matched:
             outcomes.append(ThresholdOutcome(
                 metric=t.metric, step_glob=t.step, step=None, minimum=t.min, maximum=t.max,

@@ -10,7 +10,6 @@ canonical units, so ``document()`` round-trips through ``parse_benchmark``.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from typing import Annotated, Any, Literal
 
@@ -21,6 +20,8 @@ from pydantic import (
     ConfigDict,
     Discriminator,
     Field,
+    StrictBool,
+    StrictInt,
     Tag,
     ValidationError,
     ValidationInfo,
@@ -30,6 +31,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from stortune.schemas import sizes
 from stortune.schemas.bench import metrics, presets, units
 from stortune.schemas.bench.presets import Overrides, PresetName
 from stortune.schemas.bench.steps import (
@@ -41,12 +43,12 @@ from stortune.schemas.bench.steps import (
     WorkloadStep,
 )
 from stortune.schemas.documents import DocumentError, Problem, validation_problems
-from stortune.schemas.profile import API_VERSION, LabelSelector, Match, Metadata
+from stortune.schemas.patterns import glob_matches
+from stortune.schemas.profile import API_VERSION, Glob, LabelSelector, Match, Metadata
 
 KIND = "BenchmarkSpec"
 _NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _NAME = re.compile(_NAME_PATTERN)
-_SIZE_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*[kKmMgGtTpP]?[iI]?[bB]?\s*$"
 _TIME_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*(ns|us|µs|ms|s|sec|m|min|h)?\s*$"
 #: Device nodes and kernel trees are never a file target.
 _SYSTEM_TREES = ("/dev", "/proc", "/sys")
@@ -55,9 +57,9 @@ _PATH_MAX, _NAME_MAX = 4095, 255
 
 Size = Annotated[
     int,
-    BeforeValidator(units.parse_size),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": _SIZE_TEXT}],
-                    "description": "Bytes, or binary units: 4k, 64KiB, 1M, 1GiB"}),
+    BeforeValidator(sizes.parse_size),
+    WithJsonSchema(sizes.json_schema("Bytes, or with a unit (docs/profiles.md, Sizes): 4k = 4KiB = 4096,"
+                                     " 4KB = 4000, 1M = 1MiB, 1GB = 10^9")),
 ]
 Duration = Annotated[
     float,
@@ -86,7 +88,7 @@ def _check_name(value: str, what: str) -> str:
 class FileTarget(_Doc):
     path: str = Field(description="Absolute path of the file to create (or reuse) on a mounted filesystem")
     size: Size = Field(gt=0, description="How large the file is made")
-    keep: bool = Field(default=False, description="Keep the file after the run (default: remove"
+    keep: StrictBool = Field(default=False, description="Keep the file after the run (default: remove"
                                                   " a file the run created)")
 
     @field_validator("path")
@@ -128,18 +130,23 @@ def _split(value: object) -> object:
     """'4k/50:64k/50' (fio's bssplit) -> [{size, percent}, ...]; lists pass through."""
     if not isinstance(value, str):
         return value
+    if len(value) > 1024:
+        raise ValueError(f"a block size split is at most 1024 characters, got {len(value)}")
     out = []
     for part in value.split(":"):
         size, sep, pct = part.partition("/")
         if not sep:
             raise ValueError(f"{part!r} in {value!r} is not SIZE/PERCENT (4k/50:64k/50)")
-        out.append({"size": size, "percent": pct})
+        pct = pct.strip()
+        if not (pct.isascii() and pct.isdigit() and len(pct) <= 3):
+            raise ValueError(f"{part!r} in {value!r}: the percentage {pct!r} is not a whole number")
+        out.append({"size": size, "percent": int(pct)})
     return out
 
 
 class SplitItem(_Doc):
     size: Size = Field(gt=0)
-    percent: int = Field(ge=0, le=100)
+    percent: StrictInt = Field(ge=0, le=100)
 
 
 class Workload(_Doc):
@@ -147,19 +154,19 @@ class Workload(_Doc):
 
     name: str = Field(json_schema_extra={"pattern": _NAME_PATTERN})
     pattern: Pattern
-    rwmixread: int | None = Field(default=None, ge=0, le=100,
+    rwmixread: StrictInt | None = Field(default=None, ge=0, le=100,
                                   description="Percent reads of rw/randrw (default 50)")
     blockSize: Size | None = Field(default=None, gt=0, description="Default 4k")
     blockSizeSplit: Annotated[list[SplitItem] | None, BeforeValidator(_split)] = Field(
-        default=None, description="Block sizes with their share: 4k/50:64k/50 or a list")
-    iodepth: int = Field(default=1, ge=1, le=65536)
-    numjobs: int = Field(default=1, ge=1, le=1024)
-    direct: bool = Field(default=True, description="O_DIRECT; false for buffered I/O")
+        default=None, max_length=64, description="Block sizes with their share: 4k/50:64k/50 or a list")
+    iodepth: StrictInt = Field(default=1, ge=1, le=65536)
+    numjobs: StrictInt = Field(default=1, ge=1, le=1024)
+    direct: StrictBool = Field(default=True, description="O_DIRECT; false for buffered I/O")
     ioengine: IoEngine | None = Field(default=None, description="Default libaio, psync when buffered")
     size: Size | None = Field(default=None, gt=0, description="Bytes per job; default the whole target")
     runtime: Duration | None = Field(default=None, gt=0, description="Run this long (time based)")
     rampTime: Duration = Field(default=0.0, ge=0)
-    repeats: int | None = Field(default=None, ge=1, le=100)
+    repeats: StrictInt | None = Field(default=None, ge=1, le=100)
 
     @field_validator("name")
     @classmethod
@@ -204,8 +211,8 @@ class PresetRef(_Doc):
     size: Size | None = Field(default=None, gt=0, description="Bytes per job")
     runtime: Duration | None = Field(default=None, gt=0)
     rampTime: Duration | None = Field(default=None, ge=0)
-    direct: bool | None = None
-    repeats: int | None = Field(default=None, ge=1, le=100)
+    direct: StrictBool | None = None
+    repeats: StrictInt | None = Field(default=None, ge=1, le=100)
 
     @field_validator("name")
     @classmethod
@@ -238,7 +245,7 @@ class Threshold(_Doc):
     """A bound on one metric's mean over the repeats of the steps named by ``step``."""
 
     metric: str = Field(json_schema_extra={"enum": list(metrics.METRICS)})
-    step: str = Field(default="*", description="Glob over step names: seq-1m/read, iozone-seq/t10/*")
+    step: Glob = Field(default="*", description="Glob over step names: seq-1m/read, iozone-seq/t10/*")
     min: _Threshold = None
     max: _Threshold = None
 
@@ -277,10 +284,10 @@ class BenchmarkSpecBody(_Doc):
     hostSelector: LabelSelector | None = Field(
         default=None, description="Hosts to run on (used by the control plane)")
     target: Target
-    allowDestructive: bool = Field(
+    allowDestructive: StrictBool = Field(
         default=False, description="Allow write workloads on a raw device, destroying its contents")
     workloads: list[WorkloadItem] = Field(min_length=1, max_length=64)
-    repeats: int = Field(default=1, ge=1, le=100, description="Runs of each step (for mean and spread)")
+    repeats: StrictInt = Field(default=1, ge=1, le=100, description="Runs of each step (for mean and spread)")
     thresholds: list[Threshold] = Field(default_factory=list, max_length=256)
 
     def steps(self, facts: TargetFacts) -> list[WorkloadStep]:
@@ -303,7 +310,7 @@ class BenchmarkSpecBody(_Doc):
                                  " distinct names (name: ...)")
             seen.add(step.name)
         for index, threshold in enumerate(self.thresholds):
-            if not any(fnmatch.fnmatchcase(s.name, threshold.step) for s in steps):
+            if not any(glob_matches(threshold.step, s.name) for s in steps):
                 raise ValueError(f"thresholds[{index}].step {threshold.step!r} matches no step;"
                                  f" steps are {', '.join(sorted(seen))}")
         if self.target.device is not None and not self.allowDestructive:

@@ -3,28 +3,39 @@
 Canonical units (what the models hold and results carry): bytes, seconds for
 durations, bytes/s for bandwidth, I/O per second, microseconds for latency.
 
-* Sizes are binary, as fio and IOmeter count them: ``4k`` = ``4K`` = ``4KB`` =
-  ``4KiB`` = 4096 bytes, ``1M`` = 1 MiB. A bare number is bytes.
+* Sizes follow the one rule of every document (``stortune.schemas.sizes``): ``4k`` =
+  ``4KiB`` = 4096 bytes, ``4KB`` = 4000, ``1M`` = 1 MiB. A bare number is bytes.
 * Rates follow the datasheet convention: ``MB/s`` is 10^6 bytes/s, ``MiB/s``
   2^20 bytes/s. A lower-case ``b`` means bits and is refused rather than guessed.
 * Durations: ``500ms``, ``30s``, ``2m``, ``1h``; a bare number is seconds (fio's unit).
 * Latencies: ``20ms``, ``500us``; a bare number is microseconds (the unit results use).
 * I/O rates: ``25000``, ``25k``, ``1.2M`` (decimal: these are counts).
+
+Texts are at most ``MAX_TEXT`` characters, trimmed, and read with ASCII digits
+only, by expressions with no two ways to match one input: parsing costs a
+bounded number of steps whatever a document holds.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from fractions import Fraction
 
-_NUM = r"(\d+(?:\.\d+)?|\.\d+)"
-_SIZE = re.compile(rf"^\s*{_NUM}\s*([kmgtp]?)(i?)(b?)\s*$", re.IGNORECASE)
-_RATE = re.compile(rf"^\s*{_NUM}\s*([kmgt]?)(i?)([bB])\s*/\s*s(?:ec)?\s*$", re.IGNORECASE)
-_COUNT = re.compile(rf"^\s*{_NUM}\s*([kmKM]?)\s*(?:iops|/s)?\s*$", re.IGNORECASE)
-_TIME = re.compile(rf"^\s*{_NUM}\s*(ns|us|µs|ms|s|sec|m|min|h)?\s*$", re.IGNORECASE)
+from stortune.schemas.sizes import format_size, parse_size
 
-_BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+__all__ = ["format_size", "parse_count_rate", "parse_duration", "parse_latency", "parse_rate",
+           "parse_size"]
+
+#: The longest quantity text read.
+MAX_TEXT = 64
+_TRIM = " \t\r\n"
+_NUM = r"([0-9]+(?:\.[0-9]+)?|\.[0-9]+)"
+_FLAGS = re.IGNORECASE | re.ASCII
+_RATE = re.compile(rf"{_NUM}[ \t]*([kmgt]?)(i?)([bB])[ \t]*/[ \t]*s(?:ec)?", _FLAGS)
+_COUNT = re.compile(rf"{_NUM}[ \t]*(?:([km])[ \t]*)?(?:iops|/s)?", _FLAGS)
+_TIME = re.compile(rf"{_NUM}[ \t]*(ns|us|µs|ms|s|sec|m|min|h)?", re.IGNORECASE)
+
+_BINARY = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 _DECIMAL = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0,
             "m": 60.0, "min": 60.0, "h": 3600.0}
@@ -38,35 +49,9 @@ def _number(value: object, what: str, example: str) -> float | None:
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"{value!r} is not {what} like {example}")
         return float(value)
-    if not isinstance(value, str):
-        raise ValueError(f"{value!r} is not {what} like {example}")
+    if not isinstance(value, str) or len(value) > MAX_TEXT:
+        raise ValueError(f"{value!r:.80} is not {what} like {example}")
     return None
-
-
-def parse_size(value: object) -> int:
-    """'4k', '1MiB', '1.5G', 4096 -> bytes (binary multiples)."""
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    number = _number(value, "a size", "4k, 1MiB or 4096")
-    if number is not None:
-        exact = Fraction(number)
-    else:
-        m = _SIZE.fullmatch(str(value))
-        if not m:
-            raise ValueError(f"{value!r} is not a size like 4k, 64KiB, 1M or 4096 (bytes)")
-        exact = Fraction(m.group(1)) * _BINARY[m.group(2).upper()]  # exact: no float rounding
-    if exact.denominator != 1:
-        raise ValueError(f"{value!r} is not a whole number of bytes")
-    return int(exact)
-
-
-def format_size(n: int) -> str:
-    """Bytes -> the largest exact binary unit: 4096 -> '4KiB', 1536 -> '1536'."""
-    for unit in ("P", "T", "G", "M", "K"):
-        scale = _BINARY[unit]
-        if n and n % scale == 0:
-            return f"{n // scale}{unit}iB"
-    return str(n)
 
 
 def parse_rate(value: object) -> float:
@@ -74,7 +59,7 @@ def parse_rate(value: object) -> float:
     number = _number(value, "a bandwidth", "386MB/s")
     if number is not None:
         return number
-    m = _RATE.fullmatch(str(value))
+    m = _RATE.fullmatch(str(value).strip(_TRIM))
     if not m:
         raise ValueError(f"{value!r} is not a bandwidth like 386MB/s, 1.2GiB/s or 500000000 (bytes/s)")
     if m.group(4) == "b":
@@ -89,17 +74,17 @@ def parse_count_rate(value: object) -> float:
     number = _number(value, "an I/O rate", "25000 or 25k")
     if number is not None:
         return number
-    m = _COUNT.fullmatch(str(value))
+    m = _COUNT.fullmatch(str(value).strip(_TRIM))
     if not m:
         raise ValueError(f"{value!r} is not an I/O rate like 25000, 25k or 1.2M")
-    return float(m.group(1)) * _DECIMAL[m.group(2).upper()]
+    return float(m.group(1)) * _DECIMAL[(m.group(2) or "").upper()]
 
 
 def _time(value: object, default_unit: str, what: str, example: str) -> float:
     number = _number(value, what, example)
     if number is not None:
         return number * _SECONDS[default_unit]
-    m = _TIME.fullmatch(str(value))
+    m = _TIME.fullmatch(str(value).strip(_TRIM))
     if not m:
         raise ValueError(f"{value!r} is not {what} like {example}")
     unit = (m.group(2) or default_unit).lower()

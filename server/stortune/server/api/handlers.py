@@ -6,10 +6,11 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 
 from stortune.schemas.documents import field_path
 from stortune.server.errors import ApiError
@@ -57,10 +58,33 @@ def _request_invalid(_request: Request, exc: Exception) -> JSONResponse:
     return status_response(422, "Invalid", f"request is invalid: {summary}", StatusDetails(causes=causes))
 
 
-def _http_error(_request: Request, exc: Exception) -> JSONResponse:
+#: The order methods are listed in ``Allow``.
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this request's path, and OPTIONS.
+
+    Starlette answers 405 with the methods of the first route whose path matched,
+    but one path often has several routes (GET, PUT and DELETE of /profiles/{name}
+    are registered apart). So each method is tried against all the app's routes,
+    through the routes' own ``matches``: the same decision the router makes.
+    """
+    routes = request.app.router.routes
+    served = [method for method in _METHODS[:-1]
+              if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)]
+    return [*served, "OPTIONS"]
+
+
+def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        headers["Allow"] = ", ".join(allowed_methods(request))
+        if request.method == "OPTIONS":  # what may I do here? The Allow header is the answer.
+            return Response(status_code=204, headers=headers)
     return status_response(exc.status_code, _REASONS.get(exc.status_code, "Unknown"), str(exc.detail),
-                           headers=exc.headers)
+                           headers=headers)
 
 
 def _unexpected(request: Request, exc: Exception) -> JSONResponse:

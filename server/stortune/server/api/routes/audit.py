@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 
 from stortune.server.api.deps import SessionDep
+from stortune.server.api.params import DateTime
 from stortune.server.api.security import Authorized
 from stortune.server.auth import Permission, Principal
 from stortune.server.models.audit import AuditList, AuditView
@@ -27,12 +27,11 @@ def list_audit(
     method: Annotated[Literal["GET", "POST", "PUT", "PATCH", "DELETE"] | None, Query()] = None,
     resource: Annotated[str | None, Query(max_length=512, pattern=r"^[^\x00]*$",
                                           description="e.g. profiles, or profiles/NAME")] = None,
-    since: Annotated[datetime | None, Query(description="RFC 3339, e.g. 2025-03-01T12:00:00Z")] = None,
+    since: Annotated[DateTime | None, Query(
+        description="RFC 3339 date-time, e.g. 2025-03-01T12:00:00Z (no zone: UTC)")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> AuditList:
     """Newest first: every mutating call and every diagnostics download, whatever its outcome."""
-    if since is not None and since.tzinfo is None:
-        since = since.replace(tzinfo=UTC)  # a time without a zone is UTC, as everywhere in the API
     rows = audit.list_records(session, token=token, method=method, resource=resource, since=since,
                               limit=limit)
     return AuditList(items=[AuditView.from_row(r) for r in rows])
