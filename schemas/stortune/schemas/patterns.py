@@ -23,8 +23,6 @@ import functools
 from collections.abc import Callable
 from typing import Any, Final, cast
 
-import re2
-
 #: Characters in one pattern (regular expression or glob); JSON Schema maxLength.
 MAX_PATTERN_LENGTH: Final = 256
 #: Memory RE2 may use for one compiled pattern (its program and match cache).
@@ -41,8 +39,16 @@ class PatternError(ValueError):
     """A pattern that cannot be compiled, with the reason in words."""
 
 
+def _re2() -> Any:
+    # Imported at the first pattern, not with the documents: a serving agent whose
+    # profiles match by kind, role or size never pays RE2's libraries (about 1 MiB resident).
+    import re2
+
+    return re2
+
+
 def _options() -> Any:
-    options = re2.Options()
+    options = _re2().Options()
     options.max_mem = MAX_PROGRAM_BYTES
     options.log_errors = False  # RE2 would print every refused pattern on stderr
     return options
@@ -59,9 +65,10 @@ def _reason(exc: Exception) -> str:
 
 
 def _compile(expression: str, what: str) -> _Matcher:
+    engine = _re2()
     try:
-        compiled = re2.compile(expression, _options())
-    except re2.error as exc:
+        compiled = engine.compile(expression, _options())
+    except engine.error as exc:
         raise PatternError(f"not a {what} RE2 can run: {_reason(exc)} (see Patterns in docs/profiles.md)"
                            ) from None
     return cast(_Matcher, compiled.fullmatch)
@@ -103,7 +110,7 @@ def runs_on_re2(pattern: str, *, glob: bool = False) -> bool:
     """Is ``pattern`` (a regular expression, or a glob) matched by RE2, the guarantee of
     linear time? For tests."""
     owner = getattr((_glob if glob else _regex)(pattern), "__self__", None)
-    return bool(type(owner).__module__ == re2.__name__)
+    return bool(type(owner).__module__ == _re2().__name__)
 
 
 # -- globs ------------------------------------------------------------------------------
