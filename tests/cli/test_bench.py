@@ -399,9 +399,9 @@ def test_compare_leads_with_the_objective_and_says_which_metric_made_it_exit_2(
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def demo_loop(backing: str) -> Device:
+def demo_loop(backing: str, name: str = "loop7") -> Device:
     """The scratch loop device of `./dev up`, as discovery reports it (id: its backing file)."""
-    return Device(name="loop7", kind=DeviceKind.LOOP, id=f"loop:{backing}", size_bytes=256 << 20,
+    return Device(name=name, kind=DeviceKind.LOOP, id=f"loop:{backing}", size_bytes=256 << 20,
                   rotational=False)
 
 
@@ -411,7 +411,7 @@ def test_the_benchmark_examples_run_on_dev_ups_scratch_loop_device_only(
     """A newcomer's first benchmark: the example selects the agent `./dev up` starts, and on it the
     loop device over state/stortune-demo.img, not another device of the host."""
     control_plane.register("laptop", {"stortune.dev/demo": "true"}, devices=[
-        demo_loop("/home/me/stortune/state/stortune-demo.img"), demo_loop("/var/lib/images/vm.img"),
+        demo_loop("/home/me/stortune/state/stortune-demo.img"), demo_loop("/var/lib/images/vm.img", "loop8"),
         raid_volume()])
     control_plane.register("web-1", {"role": "streamer"})  # not a demo host: not selected
     planned = stortune("bench", "run", "--dry-run", "-f", str(example), "-o", "json")
