@@ -79,21 +79,23 @@ def fleet(client: TestClient, agents: FakeAgentClients, eventually: Eventually) 
     client.post(f"{API}/agents/register", json=registration("h1", labels={"role": "streamer"}))
     client.post(f"{API}/agents/register", json=registration("h2", labels={"role": "batch"}))
     assert client.post(PROFILES, json=profile_doc("streaming")).status_code == 201
-    assert client.post(PROFILES, json=profile_doc(
-        "batch", selector={"matchLabels": {"role": "batch"}}, settings={"read_ahead_kb": 1024})).status_code == 201
+    batch = profile_doc("batch", selector={"matchLabels": {"role": "batch"}},
+                        settings={"read_ahead_kb": 1024})
+    assert client.post(PROFILES, json=batch).status_code == 201
     eventually(lambda: read_ahead(agents, "h1") == 4096 and read_ahead(agents, "h2") == 1024
                    and applied(client, "h1")[0] == applied(client, "h2")[0] == "True", what="both applied")
 
 
+@pytest.mark.usefixtures("fleet")
 def test_hostile_a_stored_pattern_re2_refuses_holds_its_hosts_and_says_why(
-    app: FastAPI, client: TestClient, agents: FakeAgentClients, eventually: Eventually, fleet: None,
+    app: FastAPI, client: TestClient, agents: FakeAgentClients, eventually: Eventually,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     h1 = agents.agents["h1.example:7443"]
     applies = sum(m == "apply" for m, _ in list(h1.calls))
     stored_by_an_earlier_version(app, "streaming", PYTHON_ONLY)
 
-    status, reason, message = eventually(lambda: (c := applied(client, "h1"))[1] == "InvalidProfile" and c,
+    status, _, message = eventually(lambda: (c := applied(client, "h1"))[1] == "InvalidProfile" and c,
                                          what="h1 held for the profile")
     assert status == "False"
     assert "streaming: spec.rules[0].match.model: not a regular expression RE2 can run" in message

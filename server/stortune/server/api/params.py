@@ -37,7 +37,8 @@ def date_time(value: object) -> datetime:
     try:  # in UTC here, as the database compares it: 0001-01-01T00:00:00+23:59 is before year 1
         return parsed.astimezone(UTC)
     except OverflowError:
-        raise ValueError(f"{str(value)[:_LONGEST]!r} is not a date-time of the years 1 to 9999 in UTC") from None
+        raise ValueError(f"{str(value)[:_LONGEST]!r} is not a date-time of the years 1 to 9999 in UTC"
+                         ) from None
 
 
 #: A date-time query parameter: ``since: Annotated[DateTime | None, Query(...)] = None``.
