@@ -283,6 +283,45 @@ def test_hostile_a_component_swapped_for_a_link_after_the_check_is_refused(fs: K
     assert list(victim_dir.iterdir()) == []
 
 
+class SwappingFio(PathFio):
+    """Before fio opens the target by path, someone retargets ``link`` (a --bench-dir spelled through
+    a link in a directory they own) to ``victim``: what fio opens then is wherever the link points."""
+
+    def __init__(self, link: Path, victim: Path) -> None:
+        super().__init__()
+        self.link, self.victim = link, victim
+
+    def run(self, invocation: FioInvocation, *, on_status: Callable[[FioStatus], None],
+            cancel: threading.Event, on_start: Callable[[int], None] | None = None) -> FioOutcome:
+        self.link.unlink()
+        self.link.symlink_to(self.victim)
+        return super().run(invocation, on_status=on_status, cancel=cancel, on_start=on_start)
+
+
+def test_hostile_a_bench_dir_given_through_a_link_others_can_swap_writes_only_the_real_directory(
+        fs: KernelFS, tmp_path: Path, bench: Path) -> None:
+    """``--bench-dir /home/alice/bench`` where that is alice's link to a root-owned directory: the
+    checks pass on the real directory, but fio opened the path as the spec spelled it, through
+    alice's link; swapped after the check, it led root's fio (and the record, and the removal of
+    the run's file) into a directory of alice's choosing."""
+    home = tmp_path / "home" / "alice"
+    home.mkdir(parents=True)
+    os.chown(home, 1000, 1000)  # alice's: she may replace what is in it
+    link = home / "bench"
+    link.symlink_to(bench)
+    victim_dir = tmp_path / "etc"
+    victim_dir.mkdir()
+    victim = victim_dir / "x.dat"
+    victim.write_text("precious\n")
+    fio = SwappingFio(link, victim_dir)
+    m = manager(fs, tmp_path / "state", fio, link)
+    result = run(m, spec(link / "x.dat", destructive=True))
+    assert victim.read_text() == "precious\n" and sorted(victim_dir.iterdir()) == [victim]
+    assert result.state == "done", result.message
+    assert fio.targets == [str(bench / "x.dat")]  # the directory as it was resolved, links gone
+    assert not (bench / "x.dat").exists()  # made by the run, removed after it
+
+
 def test_hostile_a_file_that_appears_between_the_check_and_the_run_is_not_taken(
         fs: KernelFS, tmp_path: Path, bench: Path) -> None:
     files = BenchFiles(fs, tmp_path / "state", [bench])

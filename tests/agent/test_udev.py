@@ -9,7 +9,7 @@ import pytest
 
 from stortune.agent import local, udev
 from stortune.schemas.profile import StorageProfile
-from stortune.schemas.topology import Device, DeviceKind, MdInfo
+from stortune.schemas.topology import Device, DeviceKind, DmInfo, MdInfo
 from tests.conftest import Golden
 from tests.fixtures.scenarios import SCENARIOS
 
@@ -90,3 +90,53 @@ def test_mdadm_spelling_of_the_uuid_follows_the_metadata_version() -> None:
     key, what = udev.device_key(md("8c5e2f1a-3b4d-4e6f-9a7b-1c2d3e4f5a6b", "0.90"))
     assert key == 'ATTR{md/uuid}=="8c5e2f1a-3b4d-4e6f-9a7b-1c2d3e4f5a6b"'
     assert what == f"md5 by array UUID (mdadm: {udev.mdadm_uuid(array, '0.90')})"
+
+
+# -- values the device reports, put into a rule ----------------------------------------------------
+def disk(**facts: str) -> Device:
+    return Device(name="sdc", kind=DeviceKind.DISK, id=facts.pop("id", "name:sdc"), **facts)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("facts", "key"), [
+    # udev reads a match value as a glob: '*', '?', '[...]' and '|' (alternatives) match other devices.
+    # A serial is matched as udev spells ID_SERIAL_SHORT, which keeps none of them.
+    ({"serial": "*"}, 'ENV{ID_SERIAL_SHORT}=="_"'),
+    ({"serial": "ZA1|*"}, 'ENV{ID_SERIAL_SHORT}=="ZA1__"'),
+    ({"serial": "ZA[0-9]?"}, 'ENV{ID_SERIAL_SHORT}=="ZA_0-9__"'),
+    # A line break starts a rule of the device's choosing; a backslash escapes the closing quote.
+    ({"serial": 'ZA1\nACTION=="add", RUN+="/bin/sh"'},
+     'ENV{ID_SERIAL_SHORT}=="ZA1_ACTION==_add___RUN+=__bin_sh_"'),
+    ({"serial": "ZA1\\"}, 'ENV{ID_SERIAL_SHORT}=="ZA1_"'),
+    # A WWN is matched as the kernel shows it, or not at all.
+    ({"id": "wwn:naa.5000c500*", "wwn": "naa.5000c500*"}, 'KERNEL=="sdc"'),
+    ({"id": "wwn:naa.5|*", "wwn": "naa.5|*", "serial": "ZA1"}, 'ENV{ID_SERIAL_SHORT}=="ZA1"'),
+    ({"id": "wwn:t10.ATA_X\\x01Y", "wwn": "t10.ATA     X\\x01Y"}, 'KERNEL=="sdc"'),  # the kernel's escape
+])
+def test_hostile_device_reported_values_never_reach_a_rule_as_patterns(facts: dict[str, str],
+                                                                       key: str) -> None:
+    """A serial or WWN comes from the device (a USB stick, an iSCSI target): a rule keyed by one holding
+    a glob character applied this device's settings to every disk at boot."""
+    found, what = udev.device_key(disk(**facts))
+    assert found == key
+    assert "\n" not in what
+
+
+def test_hostile_a_dm_name_cannot_break_out_of_its_comment(tmp_path: Path) -> None:
+    dev = Device(name="dm-3", kind=DeviceKind.DM, id="uuid:CRYPT-x",
+                 dm=DmInfo(name='x\nACTION=="add", RUN+="/bin/sh -c reboot"', uuid="CRYPT-LUKS2-abc-x"))
+    key, what = udev.device_key(dev)
+    assert key == 'ENV{DM_UUID}=="CRYPT-LUKS2-abc-x"' and "\n" not in what
+
+
+def test_a_t10_wwid_is_matched_as_the_kernel_shows_it() -> None:
+    """ATTRS{wwid} is the attribute as the kernel prints it, spaces and all; the topology's id
+    replaced each run of spaces with '_', so a rule keyed by the id never matched."""
+    wwid = "t10.ATA     QEMU HARDDISK                           QM00005"
+    key, what = udev.device_key(disk(id="wwn:t10.ATA_QEMU_HARDDISK_QM00005", wwn=wwid))
+    assert key == f'ATTRS{{wwid}}=="{wwid}"' and what == "sdc by WWN"
+
+
+def test_a_serial_is_matched_as_udev_spells_id_serial_short() -> None:
+    """udev's ID_SERIAL_SHORT replaces whitespace runs, and characters it does not keep, with '_'."""
+    key, _ = udev.device_key(disk(serial="WD-WCC 4E1234  ", id="serial:WD-WCC_4E1234"))
+    assert key == 'ENV{ID_SERIAL_SHORT}=="WD-WCC_4E1234"'

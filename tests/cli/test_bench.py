@@ -411,7 +411,7 @@ def test_the_benchmark_examples_run_on_dev_ups_scratch_loop_device_only(
     """A newcomer's first benchmark: the example selects the agent `./dev up` starts, and on it the
     loop device over state/stortune-demo.img, not another device of the host."""
     control_plane.register("laptop", {"stortune.dev/demo": "true"}, devices=[
-        demo_loop("/home/me/stortune/state/stortune-demo.img"), demo_loop("/var/lib/images/vm.img", "loop3"),
+        demo_loop("/home/me/stortune/state/stortune-demo.img"), demo_loop("/var/lib/images/vm.img", "loop8"),
         raid_volume()])
     control_plane.register("web-1", {"role": "streamer"})  # not a demo host: not selected
     planned = stortune("bench", "run", "--dry-run", "-f", str(example), "-o", "json")

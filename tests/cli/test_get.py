@@ -234,6 +234,35 @@ def test_piped_output_has_no_escape_sequences_and_the_server_comes_from_the_env(
                                      timeout=60, check=True).stdout
 
 
+def test_hostile_text_from_agents_reaches_no_terminal_as_control_sequences(
+    stortune: Run, control_plane: ControlPlane,
+) -> None:
+    """What an agent reports (facts, values, its report's messages; a USB stick's INQUIRY model) is
+    printed: an escape sequence in it would retitle the terminal, write the clipboard (OSC 52) or
+    erase and rewrite the lines the operator reads. Shown escaped, on a terminal and piped."""
+    hostile = "6.1\x1b]52;c;cm0gLXJmIH4=\x07\x1b[2K\x1b[1A\rReady True\x9b31m\u202e"
+    body: dict[str, Any] = {
+        "name": "evil", "address": "127.0.0.1:9", "labels": {"role": "streamer"},
+        "facts": {"kernel": hostile, "agent_version": hostile, "boot_id": "boot-1"},
+    }
+    with control_plane.http() as http:
+        assert http.post("/agents/register", json=body).status_code == 200
+    for args in (("describe", "host", "evil"), ("get", "hosts"), ("get", "events")):
+        result = stortune(*args)
+        assert result.code == 0, result.err
+        shown = result.out + result.err
+        assert not [c for c in shown if c not in "\n" and (ord(c) < 32 or 0x7f <= ord(c) < 0xa0
+                                                            or c == "\u202e")], args
+    assert "6.1\\x1b]52;c;cm0gLXJmIH4=\\x07" in stortune("describe", "host", "evil").out
+    terminal = io.StringIO()
+    terminal.isatty = lambda: True  # type: ignore[method-assign]
+    out = render.Output(terminal, io.StringIO())
+    out.line(hostile)
+    out.table(["KERNEL"], [[hostile]])
+    for sequence in ("\x1b]52", "\x07", "\x1b[2K", "\x1b[1A", "\r", "\x9b", "\u202e"):
+        assert sequence not in terminal.getvalue(), sequence
+
+
 def test_server_flag_beats_env_and_a_bad_url_is_an_error(
     stortune: Run, fleet: ControlPlane, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:

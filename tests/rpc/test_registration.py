@@ -327,7 +327,7 @@ def test_bad_serve_arguments_are_clear_cli_errors(
         argv: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
         cli.main(["serve", "--server", "http://127.0.0.1:1", "--listen", "127.0.0.1:0", *argv])
-    assert exit_.value.code == 1  # a usage error, never 2
+    assert exit_.value.code == 1  # a usage error
     assert message in capsys.readouterr().err
 
 

@@ -57,3 +57,21 @@ def test_hostile_or_odd_spec_documents_are_read_tolerantly(spec: dict[str, Any])
     assert all(isinstance(m, str) and isinstance(g, str) for m, g in globs)
     found = objectives([step("seq-1m/read", "read")], globs)
     assert found["seq-1m/read"][0] == "read_bandwidth"
+
+
+@pytest.mark.parametrize("glob", ["*" * 257, "seq-1m/read\x00", "[" * 300 + "*"])
+def test_hostile_step_globs_a_spec_may_not_hold_name_no_step(glob: str) -> None:
+    """A result's spec comes from the agent: its thresholds' step globs are matched as every glob is
+    (schemas/patterns.py: RE2, at most 256 characters), never by Python's fnmatch, and one the
+    document could not hold names no step instead of every one."""
+    spec = {"spec": {"thresholds": [{"metric": "read_iops", "step": glob, "min": 1}]}}
+    assert objectives([step("seq-1m/read", "read")], threshold_globs(spec)) == {
+        "seq-1m/read": ["read_bandwidth"]}
+
+
+def test_step_globs_match_as_in_the_spec() -> None:
+    spec = {"spec": {"thresholds": [{"metric": "read_iops", "step": "seq-[!0-9]*/re?d", "min": 1},
+                                    {"metric": "cpu_sys", "step": "seq-1m/[rw]*", "max": 9}]}}
+    steps = [step("seq-1m/read", "read"), step("seq-xm/read", "read")]
+    assert objectives(steps, threshold_globs(spec)) == {
+        "seq-1m/read": ["read_bandwidth", "cpu_sys"], "seq-xm/read": ["read_bandwidth", "read_iops"]}

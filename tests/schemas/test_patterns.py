@@ -113,6 +113,37 @@ def test_patterns_re2_refuses_are_named(pattern: str, reason: str) -> None:
         assert len(message) < 200  # the pattern is quoted shortened, not whole
 
 
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * 4096 / 2**20
+
+
+def test_hostile_a_profile_of_the_costliest_patterns_allowed_compiles_fast_and_small() -> None:
+    """Hostile: each pattern is bounded, but a profile holds 768 of them (256 rules, three regular
+    expressions each). At the largest program allowed, ``\\pL{n}`` of 20 characters, each took
+    ~35 ms to compile (holding the GIL: the control plane, and every agent it is sent to, stood
+    still 27 s for one document) and kept ~400 KiB in the cache (300 MiB)."""
+    costliest = next(n for n in range(1, 1001) if not _allowed(f"\\pL{{{n + 1}}}"))
+    rules = [{"name": f"r{i}", "settings": {"read_ahead_kb": 4096},
+              "match": {field: f"(?:{field[0]}{i}|\\pL{{{costliest}}})"
+                        for field in ("model", "vendor", "driver")}}
+             for i in range(256)]
+    doc = {**profile_doc({}), "spec": {"rules": rules}}
+    before, started = _rss_mib(), time.monotonic()
+    parse_profile(doc)
+    elapsed, grown = time.monotonic() - started, _rss_mib() - before
+    assert grown < 64, f"{grown:.0f} MiB held by one document's patterns"
+    assert elapsed < 10, f"{elapsed:.1f} s to validate one document"
+
+
+def _allowed(pattern: str) -> bool:
+    try:
+        patterns.check_regex(pattern)
+    except patterns.PatternError:
+        return False
+    return True
+
+
 def test_length_bound_is_exact() -> None:
     """Hostile: one character over the bound is refused; at the bound it is accepted."""
     at_bound = "a" * patterns.MAX_PATTERN_LENGTH

@@ -161,6 +161,21 @@ def test_the_topology_hash_stays_while_real_wwns_go_in_a_bundle() -> None:
                    if path != "commands/raw.bin"), wwn
 
 
+@pytest.mark.parametrize(("line", "wwn"), [
+    ("Port WWN       : 21000024ff3dc4a3", "21000024ff3dc4a3"),                   # aligned Key: value text
+    ('"Enclosure WWN" : "500605B000C0FFE1",', "500605B000C0FFE1"),              # storcli-style JSON
+    ('{"fc_wwpn": "21000024ff3dc4a4"}', "21000024ff3dc4a4"),                    # an agent's extra fact
+    ("\tLogical Unit WWN Device Identifier: 5000c500a1b2c3d4", "5000c500a1b2c3d4"),  # hdparm -I
+    ("Node WWID = 600508b1001c5e1d4f2a8b6c7d8e9f01", "600508b1001c5e1d4f2a8b6c7d8e9f01"),
+])
+def test_hostile_a_bare_wwn_under_a_key_naming_it_among_other_words_is_masked(line: str, wwn: str) -> None:
+    """Bare hex is a WWN only where a word names it (a digest is not one); a key that says WWN, WWPN or
+    WWID among other words ("Port WWN", "fc_wwpn") names it as well. Masked before that rule, these
+    leaked after it."""
+    red = Redactor().redact_text(line)
+    assert wwn not in red and wwn.lower() not in red.lower() and "WWN-0001" in red, red
+
+
 def test_longest_known_value_wins_and_substrings_stay_distinct() -> None:
     r = Redactor()
     r.add("serial", "AB12CD34")

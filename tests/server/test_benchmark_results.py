@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 
@@ -64,6 +65,21 @@ def test_compare_says_which_changes_exceed_the_noise(app: FastAPI, client: TestC
     refused = client.get(f"{B}/compare", params={"a": before, "b": pending})
     assert refused.status_code == 409 and "has no result yet" in refused.json()["message"]
     assert client.get(f"{B}/compare", params={"a": before, "b": "nope"}).status_code == 404
+
+
+def test_hostile_a_baselines_selector_text_is_bounded_like_every_selector(app: FastAPI,
+                                                                          client: TestClient) -> None:
+    """Hostile: hostSelector in the query syntax was bounded only by the body size (8 MiB), where
+    the labelSelector parameter and a token's selector stop at 4096 characters; and the syntax was
+    parsed in quadratic time: this 200 KB body held the control plane (GIL and all) for minutes."""
+    reference = finished_run(app, "h1", streamers("stream", repeats=3), values=steady(1.0))
+    hostile = " " * 100_000 + "!" + " " * 100_000 + "a b"
+    started = time.monotonic()
+    response = client.put(f"{B}/baselines/big", json={"run": reference, "hostSelector": hostile})
+    assert time.monotonic() - started < 5.0
+    assert response.status_code == 422, response.text
+    (cause,) = response.json()["details"]["causes"]
+    assert cause["field"] == "hostSelector" and "at most 4096 characters" in cause["message"]
 
 
 def test_a_baseline_judges_later_runs_of_its_class(app: FastAPI, client: TestClient) -> None:

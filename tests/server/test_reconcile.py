@@ -429,7 +429,7 @@ def test_the_server_reconciles_by_default_at_most_every_minute(
 
     reconciler = make_app(controller=None, reconcile_interval_s=60).state.controller
     assert isinstance(reconciler, Reconciler) and reconciler.interval == 60
-    assert cli.main(["--db", "sqlite://", "--reconcile-interval", "61"]) == 1  # invalid setting: 1, never 2
+    assert cli.main(["--db", "sqlite://", "--reconcile-interval", "61"]) == 1  # a usage error
     assert "reconcile_interval_s" in capsys.readouterr().err
 
 

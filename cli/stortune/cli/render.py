@@ -2,6 +2,12 @@
 
 Colour follows https://no-color.org: a non-empty NO_COLOR turns it off. Piped
 output never carries escape sequences, so scripts and CI logs can grep it.
+
+Much of what is shown comes from agents (facts, values, report messages) and
+from devices through them (an INQUIRY model string): control characters in it
+are shown escaped (``\x1b``), on a terminal and piped alike, so nothing printed
+can move the cursor, erase or rewrite lines, retitle the terminal or write its
+clipboard. JSON and YAML output escape them by their own rules.
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,6 +40,20 @@ from stortune.cli.client import (
     Token,
     Value,
 )
+
+# C0 and C1 controls, DEL, and the bidirectional overrides that reorder what is displayed.
+_CONTROLS = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+_CELL_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escaped(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def shown(text: str, *, cell: bool = False) -> str:
+    """``text`` fit for a terminal: controls escaped (a table cell keeps no line break or tab either)."""
+    return (_CELL_CONTROLS if cell else _CONTROLS).sub(_escaped, text)
 
 
 @dataclass(frozen=True)
@@ -69,6 +90,7 @@ class Output:
         return "→" if self.rich else "->"
 
     def line(self, text: str = "", style: str = "") -> None:
+        text = shown(text)
         if self._console is not None:
             self._console.print(Text(text, style=style), soft_wrap=True)
         else:
@@ -88,6 +110,7 @@ class Output:
         self._to_err(message, "")
 
     def _to_err(self, text: str, style: str) -> None:
+        text = shown(text)
         if self._err_console is not None:
             self._err_console.print(Text(text, style=style), soft_wrap=True)
         else:
@@ -95,7 +118,8 @@ class Output:
 
     def table(self, headers: Sequence[str], rows: Sequence[Row], *, indent: int = 0,
               row_styles: Sequence[str] | None = None) -> None:
-        cells = [[c if isinstance(c, Cell) else Cell(c) for c in row] for row in rows]
+        cells = [[Cell(shown(c.text, cell=True), c.style) if isinstance(c, Cell)
+                  else Cell(shown(c, cell=True)) for c in row] for row in rows]
         if self._console is not None:
             table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, header_style="bold")
             for header in headers:

@@ -147,6 +147,7 @@ _TEXT_PAIR = re.compile(
 _NETFS = re.compile(r" - (?:nfs4?|cifs|smb3|smbfs|glusterfs|ceph|9p) (?P<src>\S+)")
 _SERIAL_KEYS = frozenset({"serial", "sn", "serialno", "serialnum"})
 _WWN_KEYS = frozenset({"wwn", "wwid", "wwnn", "wwpn", "portname", "luwwndeviceid", "logicalunitid"})
+_WWN_WORDS = ("wwn", "wwpn", "wwid")
 
 
 def _key_kind(key: str, value: str) -> Kind | None:
@@ -154,7 +155,9 @@ def _key_kind(key: str, value: str) -> Kind | None:
     k = re.sub(r"[^a-z0-9]", "", key.lower())
     if k in _SERIAL_KEYS or k.endswith("serialnumber"):
         return "serial"
-    if k in _WWN_KEYS or k.startswith("sasaddress"):
+    # "Port WWN", "fc_wwpn", "Logical Unit WWN Device Identifier" name one too; the value is masked
+    # only when it has a WWN's shape (_canonical), so a key's other words cannot widen that.
+    if k in _WWN_KEYS or k.startswith("sasaddress") or any(w in k for w in _WWN_WORDS):
         return "wwn"
     if k in ("hostname", "nodename"):  # an FC node_name is a WWN, uname's nodename a host
         return "wwn" if wwn_core(value) else "hostname"

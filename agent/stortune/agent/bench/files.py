@@ -14,6 +14,11 @@ the agent (``--bench-dir``, repeatable) and the agent's own
   symbolic link: each component below the directory is looked at with lstat
   and opened with O_NOFOLLOW relative to its parent's descriptor, so a link
   anywhere below the directory is refused, never followed;
+* a directory given through a link (``--bench-dir /home/alice/bench`` naming
+  ``/srv/bench``) is resolved once, when the agent starts: the checks, the
+  record and fio all use the real path from then on. Whoever may change the
+  link (here alice) would otherwise choose, after the checks, where fio and
+  the removal of the run's file go;
 * no mount point (a bind mount included) lies between the directory and the
   file: the file is on the directory's filesystem, the device the results
   name, not on whatever was mounted below it;
@@ -42,6 +47,7 @@ lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -161,6 +167,8 @@ class BenchFiles:
             raise BenchmarkError(f"--bench-dir {exc}") from None
         #: The agent's own first, then the host's, as given.
         self.directories = list(dict.fromkeys(dirs))
+        #: Each directory without links, as it resolved when the agent started: what is opened.
+        self._real = {d: Path(os.path.realpath(d)) for d in self.directories}
         #: Longest first, so a path is judged by the innermost directory holding it.
         self._innermost_first = sorted(self.directories, key=lambda d: -len(str(d)))
 
@@ -195,11 +203,12 @@ class BenchFiles:
                 raise FileTargetError(raw, f"is under {tree}; to benchmark a device, use"
                                            " target.device with a match")
         for directory in self._innermost_first:
-            for spelled in dict.fromkeys((str(directory), os.path.realpath(directory))):
+            real = str(self._real[directory])
+            for spelled in dict.fromkeys((str(directory), real)):
                 prefix = spelled.rstrip("/") + "/"
                 if raw.startswith(prefix) and len(raw) > len(prefix):
                     rel = raw[len(prefix):].split("/")
-                    if directory != self.own and self._in_state(os.path.realpath(directory), rel):
+                    if directory != self.own and self._in_state(real, rel):
                         raise FileTargetError(raw, f"is in the agent's state directory {self.state_dir};"
                                                    f" benchmark files go in {self.own} there")
                     return directory, spelled, rel
@@ -218,19 +227,23 @@ class BenchFiles:
     def _parent(self, raw: str) -> Iterator[_Parent]:
         """Walk from the benchmark directory to the file's directory without following a link."""
         directory, spelled, parts = self._locate(raw)
+        real = str(self._real[directory])
         if directory == self.own:
             with contextlib.suppress(OSError):
                 self.own.mkdir(mode=0o700, parents=True, exist_ok=True)
         try:
-            fd = os.open(directory, _DIR_FLAGS)
+            # Its real path, not the one given: a link there is followed once, at start (see above).
+            fd = os.open(real, _DIR_FLAGS | os.O_NOFOLLOW)
         except FileNotFoundError:
             raise FileTargetError(raw, f"the benchmark directory {directory} does not exist on this"
                                        " host") from None
         except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise FileTargetError(raw, f"the benchmark directory {directory} was {real} when the agent"
+                                           " started and is a symbolic link now: restart the agent") from None
             raise FileTargetError(raw, f"cannot open the benchmark directory {directory}:"
                                        f" {exc.strerror}") from None
         try:
-            real = os.path.realpath(directory)
             top = os.fstat(fd)
             self._above_trusted(raw, real)
             self._trusted(raw, top, str(directory))

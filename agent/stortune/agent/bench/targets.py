@@ -118,7 +118,8 @@ def _file(fs: KernelFS, files: BenchFiles, raw: str, size: int, topology: Topolo
     info = TargetInfo(kind="file", path=raw, device=holder.name if holder else None,
                       device_id=holder.id if holder else None, size_bytes=size, facts=target_facts)
     below = beneath(topology, holder.name) if holder is not None else []
-    return ResolvedTarget(info, FioTarget(raw, size, is_file=True), holder, below, Path(raw),
+    # fio opens the real path: the spec may spell the directory through a link (files.py)
+    return ResolvedTarget(info, FioTarget(place.real, size, is_file=True), holder, below, Path(place.real),
                           existed=place.exists, place=place)
 
 

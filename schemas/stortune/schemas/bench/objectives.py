@@ -15,12 +15,12 @@ Pure; thresholds are read from the spec document as a result stores it.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from stortune.schemas.bench import metrics
 from stortune.schemas.bench.steps import SEQUENTIAL_PATTERNS, WorkloadStep
+from stortune.schemas.patterns import PatternError, glob_matches
 
 _READS = frozenset({"read", "randread", "rw", "randrw"})
 _WRITES = frozenset({"write", "randwrite", "rw", "randrw"})
@@ -47,12 +47,21 @@ def threshold_globs(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _names(glob: str, step: str) -> bool:
+    """Whether a threshold's step glob names ``step``, matched as the spec's own check matches it
+    (RE2, bounded); a glob no spec could hold (the result's spec comes from the agent) names none."""
+    try:
+        return glob_matches(glob, step)
+    except PatternError:
+        return False
+
+
 def objectives(steps: Iterable[WorkloadStep], thresholds: Sequence[tuple[str, str]] = ()
                ) -> dict[str, list[str]]:
     """Step name -> its objective metrics, in the catalog's order (bandwidth, IOPS, latency, CPU)."""
     out: dict[str, list[str]] = {}
     for step in steps:
         wanted = set(own_metrics(step))
-        wanted.update(m for m, glob in thresholds if fnmatch.fnmatchcase(step.name, glob))
+        wanted.update(m for m, glob in thresholds if _names(glob, step.name))
         out[step.name] = [m for m in metrics.METRICS if m in wanted]
     return out

@@ -9,9 +9,14 @@ from pydantic import ValidationError
 from stortune.schemas.profile import LabelSelector, SelectorOperator, SelectorRequirement
 from stortune.server.errors import Cause, Invalid
 
-_SET = re.compile(r"^\s*([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)\s*$")
-_EQUALITY = re.compile(r"^\s*([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)\s*$")
-_EXISTS = re.compile(r"^\s*(!?)\s*([^\s!=(),]+)\s*$")
+#: The longest selector text taken (the labelSelector parameter, a token's and a baseline's selector).
+MAX_SELECTOR_TEXT = 4096
+# Matched against a part stripped of surrounding spaces, so that no two runs of spaces meet
+# around an optional piece: "a=" + 20,000 spaces + "!" backtracked quadratically. Each run of
+# spaces here lies between characters it cannot match, so the expressions are linear.
+_SET = re.compile(r"([^\s!=(),]+)\s+(in|notin)\s+\(([^()]*)\)")
+_EQUALITY = re.compile(r"([^\s!=(),]+)\s*(==|=|!=)\s*([^\s!=(),]*)")
+_EXISTS = re.compile(r"(!?)\s*([^\s!=(),]+)")
 
 
 def _split(text: str) -> list[str]:
@@ -44,7 +49,7 @@ def parse_text(text: str) -> LabelSelector:
     labels: dict[str, str] = {}
     expressions: list[SelectorRequirement] = []
     try:
-        for part in _split(text):
+        for part in (p.strip() for p in _split(text)):
             if m := _SET.fullmatch(part):
                 values = [v.strip() for v in m.group(3).split(",") if v.strip()]
                 op = SelectorOperator.IN if m.group(2) == "in" else SelectorOperator.NOT_IN

@@ -32,7 +32,13 @@ def date_time(value: object) -> datetime:
             parsed = datetime.fromisoformat(value.upper())
         except ValueError as exc:
             raise ValueError(f"{value!r} is not a valid date-time: {exc}") from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:  # in UTC here, as the database compares it: 0001-01-01T00:00:00+23:59 is before year 1
+        return parsed.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{str(value)[:_LONGEST]!r} is not a date-time of the years 1 to 9999 in UTC"
+                         ) from None
 
 
 #: A date-time query parameter: ``since: Annotated[DateTime | None, Query(...)] = None``.

@@ -17,7 +17,7 @@ from stortune.schemas.bench import metrics
 from stortune.schemas.bench.stats import MetricDelta
 from stortune.schemas.bench.steps import WorkloadStep
 from stortune.schemas.profile import LabelSelector
-from stortune.server.api.label_selector import parse_text
+from stortune.server.api.label_selector import MAX_SELECTOR_TEXT, parse_text
 from stortune.server.db.tables import BenchmarkBaseline, BenchmarkRawFile, BenchmarkRun, BenchmarkSchedule
 from stortune.server.models.common import API_VERSION, RequestModel
 from stortune.server.models.meta import ObjectMeta
@@ -228,6 +228,8 @@ class BaselineSet(RequestModel):
     @field_validator("hostSelector", mode="before")
     @classmethod
     def _selector(cls, value: Any) -> Any:
+        if isinstance(value, str) and len(value) > MAX_SELECTOR_TEXT:
+            raise ValueError(f"at most {MAX_SELECTOR_TEXT} characters, as every selector in the query syntax")
         return parse_text(value) if isinstance(value, str) else value
 
 

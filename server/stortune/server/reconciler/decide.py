@@ -46,6 +46,9 @@ class HostView:
     applied_boot_id: str | None = None
     refused: Mapping[str, int] | None = None
     lease_expired: bool = False
+    #: Profiles selecting the host that this version refuses (stored by an earlier one): name -> why.
+    #: Nothing is planned or applied while there are any.
+    invalid: Mapping[str, str] = field(default_factory=dict)
 
     def generations(self) -> dict[str, int]:
         """What the host should have applied: profile -> generation."""

@@ -88,6 +88,10 @@ async def reconcile(deps: Deps, name: str) -> Result:
     if view is None:
         deps.quiet.forget(name)
         return Result.GONE
+    if view.invalid:
+        # Planning without such a profile would put back every setting it makes: hold the host
+        # until it is replaced or deleted (either queues the host again).
+        return await _finish(deps, name, report.invalid_profiles(view))
     agent = deps.agents.for_address(view.address, view.name)
     try:
         answer = await agent.get_observed()

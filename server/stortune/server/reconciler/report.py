@@ -127,6 +127,22 @@ def _answered(view: HostView) -> tuple[dict[str, Condition], list[StatusEvent]]:
     return {REACHABLE: ("True", "AgentResponded", "")}, events
 
 
+# -- profiles this version refuses ----------------------------------------------------------
+#: Applied=False while a profile selecting the host is one an earlier version stored and this one
+#: refuses: nothing is planned or applied there until it is replaced or deleted.
+INVALID_PROFILE = "InvalidProfile"
+
+
+def invalid_profiles(view: HostView) -> Update:
+    listed = [f"{name}: {why}" for name, why in sorted(view.invalid.items())]
+    message = (f"nothing applied: {_count(len(listed), 'profile')} selecting this host, stored by an "
+               f"earlier version, not valid now ({_listing(listed)}); replace (PUT) or delete them")
+    update = Update(conditions=_changed(view, {APPLIED: ("False", INVALID_PROFILE, message)}))
+    if update.conditions:  # once per change, not per pass
+        update.events.append(StatusEvent("Warning", INVALID_PROFILE, message))
+    return update
+
+
 # -- the settings table --------------------------------------------------------------
 def rows(plan: Plan, observed: Observed, drifted: frozenset[SettingKey]) -> tuple[DeviceSetting, ...]:
     out = [

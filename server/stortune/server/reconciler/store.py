@@ -94,7 +94,12 @@ def _load(session: Session, name: str, cache: Topologies) -> HostView | None:
         # The hash is a digest of the structure and values the agent sent with it.
         topology = _topology(session.scalar(select(Host.topology).where(Host.name == name)))
         cache.put(host.topology_hash, topology)
-    live = [profiles.stored_profile(r) for r in profiles.selecting(session, host.effective_labels)]
+    live, invalid = [], {}
+    for row in profiles.selecting(session, host.effective_labels):
+        try:
+            live.append(profiles.stored_profile(row))
+        except profiles.StoredProfileInvalid as exc:
+            invalid[row.name] = "; ".join(f"{c.field}: {c.message}" for c in exc.causes)
     deleting = profiles.being_deleted(session, host.applied_generations)
     status = host.status
     return HostView(
@@ -104,7 +109,7 @@ def _load(session: Session, name: str, cache: Topologies) -> HostView | None:
         devices=_devices(status.get("devices", [])),
         topology=topology, topology_hash=host.topology_hash,
         checked_boot_id=status.get("checkedBootId"), applied_boot_id=status.get("appliedBootId"),
-        refused=status.get("refusedGenerations"), lease_expired=host.lease_expired,
+        refused=status.get("refusedGenerations"), lease_expired=host.lease_expired, invalid=invalid,
     )
 
 

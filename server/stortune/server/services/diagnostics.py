@@ -90,7 +90,7 @@ def add_control_plane_files(session: Session, host: Host, bundle: Bundle, now: d
         }, "Reachable, Applied, Drifted, Ready now and every transition, newest first"),
         ("control-plane/events.json", events, "every event about the host, newest first"),
         ("control-plane/drift.json", drift, "drift, corrections, failures and unreachable periods"),
-        ("control-plane/profiles.json", [profiles.stored_profile(p).document() for p in selecting],
+        ("control-plane/profiles.json", [profiles.stored_document(p) for p in selecting],
          "the StorageProfiles selecting the host"),
         ("control-plane/benchmarks.json", _benchmarks(session, host.name),
          "the host's latest benchmark runs, newest first: results with their context"),

@@ -7,15 +7,16 @@ from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
-from stortune.schemas.documents import DocumentError, parse_profile
+from stortune.schemas.documents import DocumentError, parse_profile, validation_problems
 from stortune.schemas.plan import Plan
 from stortune.schemas.planner import plan
-from stortune.schemas.profile import LabelSelector, StorageProfile
+from stortune.schemas.profile import API_VERSION, LabelSelector, StorageProfile
 from stortune.server.controller import request_reconcile
 from stortune.server.db.tables import Host, Profile
 from stortune.server.errors import AlreadyExists, Cause, Conflict, Invalid, NotFound
@@ -58,13 +59,41 @@ def _spec_json(profile: StorageProfile) -> dict[str, Any]:
     return profile.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+class StoredProfileInvalid(Conflict):
+    """A stored profile this version refuses: written by an earlier one whose rules were looser (a
+    pattern only Python's ``re`` ran, say). Nothing can be planned with it, and planning without it
+    would put back every setting it makes; it must be replaced (PUT) or deleted first."""
+
+    def __init__(self, name: str, causes: Sequence[Cause]) -> None:
+        detail = "; ".join(f"{c.field}: {c.message}" for c in causes)
+        super().__init__(f'{KIND} "{name}" was stored by an earlier version and is not valid now ({detail}):'
+                         " replace it (PUT, see Patterns in docs/profiles.md) or delete it",
+                         kind=KIND, name=name, causes=causes)
+
+
 def stored_profile(row: Profile) -> StorageProfile:
-    """The row as the planner takes it, generation included (plans cite it)."""
-    return StorageProfile.model_validate({
-        "metadata": {"name": row.name, "labels": row.labels, "annotations": row.annotations,
-                     "generation": row.generation},
-        "spec": row.spec,
-    })
+    """The row as the planner takes it, generation included (plans cite it); StoredProfileInvalid
+    when this version refuses what an earlier one stored."""
+    try:
+        return StorageProfile.model_validate({
+            "metadata": {"name": row.name, "labels": row.labels, "annotations": row.annotations,
+                         "generation": row.generation},
+            "spec": row.spec,
+        })
+    except ValidationError as exc:
+        raise StoredProfileInvalid(row.name, [Cause(p.path, p.message)
+                                              for p in validation_problems(exc, KIND)]) from None
+
+
+def stored_document(row: Profile) -> dict[str, Any]:
+    """The row as a document, also when this version refuses it (then as it is stored)."""
+    try:
+        return stored_profile(row).document()
+    except StoredProfileInvalid:
+        return {"apiVersion": API_VERSION, "kind": KIND,
+                "metadata": {"name": row.name, "labels": row.labels, "annotations": row.annotations,
+                             "generation": row.generation},
+                "spec": row.spec}
 
 
 def selector(spec: dict[str, Any]) -> LabelSelector | None:
@@ -274,11 +303,15 @@ def plans(session: Session, put: Sequence[StorageProfile] = (), delete: Collecti
     settings), and those that report one of them applied.
     """
     changed = {p.name for p in put} | set(delete)
-    stored = {r.name: stored_profile(r) for r in session.scalars(
+    stored = {r.name: r for r in session.scalars(
         select(Profile).where(Profile.deletion_timestamp.is_(None)).order_by(Profile.name)).all()}
-    kept = [p for name, p in stored.items() if name not in changed]
+    # A stored profile is read whole only where it is planned with: one an earlier version stored
+    # and this one refuses (StoredProfileInvalid) fails the hosts it selects, and its replacement
+    # needs no more than its selector.
+    kept = [(row, s) for name, row in stored.items() if name not in changed and (s := selector(row.spec))]
+    parsed: dict[str, StorageProfile] = {}
     selectors = [s for s in (*(p.spec.hostSelector for p in put),
-                             *(stored[n].spec.hostSelector for n in changed if n in stored)) if s is not None]
+                             *(selector(stored[n].spec) for n in changed if n in stored)) if s is not None]
     holders = finalizers.holders(session) if changed else {}
     holding = {host for name in changed for host in holders.get(name, ())}
     result: HostPlans = {}
@@ -290,7 +323,12 @@ def plans(session: Session, put: Sequence[StorageProfile] = (), delete: Collecti
         if topology is None:
             result[host.name] = None
             continue
-        selected = [p for p in (*put, *kept) if p.spec.hostSelector and p.spec.hostSelector.matches(labels)]
+        selected = [p for p in put if p.spec.hostSelector and p.spec.hostSelector.matches(labels)]
+        for row, kept_selector in kept:
+            if kept_selector.matches(labels):
+                if row.name not in parsed:
+                    parsed[row.name] = stored_profile(row)
+                selected.append(parsed[row.name])
         result[host.name] = plan(selected, topology)
     return result
 
