@@ -224,3 +224,23 @@ def test_json_schema_states_the_bounds() -> None:
         assert match[field]["anyOf"][0]["maxItems"] == 64
     threshold = json.loads(schemas["benchmarkspec.schema.json"])["$defs"]["Threshold"]["properties"]
     assert threshold["step"]["maxLength"] == patterns.MAX_PATTERN_LENGTH
+
+
+def test_hostile_a_profile_of_more_patterns_than_its_budget_is_refused_before_any_compiles(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Hostile: 256 rules of 64 distinct globs each is 16,384 patterns, each bounded but each
+    compiled and then matched against every device of every host the profile selects. The
+    document is refused by counting, before a single pattern compiles."""
+    compiled: list[str] = []
+    real = patterns._compile
+    monkeypatch.setattr(patterns, "_compile", lambda e, w: compiled.append(e) or real(e, w))
+    rules = [{"name": f"r{i}", "settings": {"read_ahead_kb": 4096},
+              "match": {"name": [f"sd{i}x{j}*" for j in range(64)]}} for i in range(256)]
+    with pytest.raises(DocumentError) as refused:
+        parse_profile({**profile_doc({}), "spec": {"rules": rules}})
+    ((where, message),) = [(p.path, p.message) for p in refused.value.problems]
+    assert where == "spec" and "16384 patterns" in message and "at most 1024" in message
+    assert compiled == []
+    # At the budget a profile is fine: 16 rules of 64 globs.
+    parse_profile({**profile_doc({}), "spec": {"rules": rules[:16]}})

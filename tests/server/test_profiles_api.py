@@ -459,6 +459,21 @@ def test_hostile_plan_requests_are_422_naming_the_field(
     assert any(f.startswith(field) and words in m for f, m in found), found
 
 
+def test_hostile_a_plan_request_of_more_patterns_than_its_budget_is_refused_by_counting(
+    client: TestClient,
+) -> None:
+    """Hostile: a thousand documents each just under the per-profile pattern budget would hold
+    the server for minutes compiling them. The request is refused by counting first."""
+    rules = [{"name": f"r{i}", "settings": {"read_ahead_kb": 4096},
+              "match": {"name": [f"sd{i}x{j}*" for j in range(64)]}} for i in range(16)]
+    docs = [{**profile_doc(f"p{n}"), "spec": {**profile_doc(f"p{n}")["spec"], "rules": rules}}
+            for n in range(9)]
+    response = client.post(f"{API}/plans", json={"profiles": docs})
+    assert response.status_code == 422, response.text
+    assert causes(response) == [("profiles", "the documents hold 9216 patterns (globs and regular "
+                                 "expressions) in all; at most 8192 per request: plan them in parts")]
+
+
 def test_plans_of_a_profile_being_deleted_are_refused_and_need_the_right_to_write(
     app: Any, client: TestClient,
 ) -> None:

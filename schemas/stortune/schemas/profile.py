@@ -329,6 +329,26 @@ class Rule(_Doc):
         return settings_dict(self.settings)
 
 
+#: Patterns (globs and regular expressions) one profile may hold in all. Each is compiled
+#: when the profile is read and matched against every device of every host it selects on
+#: every pass, so their number bounds what one document costs the control plane and agents.
+MAX_PATTERNS_PER_PROFILE = 1024
+_PATTERN_FIELDS = ("name", "id", "model", "vendor", "driver")
+
+
+def pattern_count(rules: object) -> int:
+    """Patterns in a profile's raw ``rules`` (a document as sent, before validation): counted
+    before anything compiles, so an over-long document costs a walk, not a compile per pattern."""
+    total = 0
+    for rule in rules if isinstance(rules, list) else ():
+        match = rule.get("match") if isinstance(rule, dict) else None
+        if isinstance(match, dict):
+            for field in _PATTERN_FIELDS:
+                value = match.get(field)
+                total += len(value) if isinstance(value, list) else int(value is not None)
+    return total
+
+
 class ProfileSpec(_Doc):
     hostSelector: LabelSelector | None = Field(
         default=None, description="Hosts this profile applies to (used by the control plane)"
@@ -341,6 +361,15 @@ class ProfileSpec(_Doc):
     )
     mode: Literal["enforce", "audit"] = "enforce"
     rules: list[Rule] = Field(min_length=1, max_length=256)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _pattern_budget(cls, data: Any) -> Any:
+        count = pattern_count(data.get("rules")) if isinstance(data, dict) else 0
+        if count > MAX_PATTERNS_PER_PROFILE:
+            raise ValueError(f"the rules hold {count} patterns (globs and regular expressions) in all;"
+                             f" at most {MAX_PATTERNS_PER_PROFILE} per profile")
+        return data
 
     @model_validator(mode="after")
     def _unique_rules(self) -> ProfileSpec:

@@ -16,7 +16,7 @@ from sqlalchemy.orm.exc import StaleDataError
 from stortune.schemas.documents import DocumentError, parse_profile, validation_problems
 from stortune.schemas.plan import Plan
 from stortune.schemas.planner import plan
-from stortune.schemas.profile import API_VERSION, LabelSelector, StorageProfile
+from stortune.schemas.profile import API_VERSION, LabelSelector, StorageProfile, pattern_count
 from stortune.server.controller import request_reconcile
 from stortune.server.db.tables import Host, Profile
 from stortune.server.errors import AlreadyExists, Cause, Conflict, Invalid, NotFound
@@ -361,12 +361,27 @@ def preview_delete(session: Session, name: str, now: datetime) -> tuple[Profile,
     return preview, plans(session, delete=[name])
 
 
+#: Patterns all the documents of one ``POST /plans`` may hold: a GitOps repository's worth,
+#: while a request of a thousand documents full of globs cannot hold the server for a minute.
+MAX_PATTERNS_PER_PLAN = 8192
+
+
+def _spec_of(document: Any) -> dict[str, Any]:
+    spec = document.get("spec") if isinstance(document, dict) else None
+    return spec if isinstance(spec, dict) else {}
+
+
 def preview_set(
     session: Session, documents: Sequence[Any], delete: Sequence[str]
 ) -> HostPlans:
     """The per-host plans of a whole set of changes (``POST /plans``): ``documents`` created or
     replaced and ``delete`` deleted together, so profiles changed at once are planned with each
     other's new versions. Each problem is named by its place in the request."""
+    patterns = sum(pattern_count(_spec_of(d).get("rules")) for d in documents)
+    if patterns > MAX_PATTERNS_PER_PLAN:  # counted before any document compiles one
+        raise Invalid([Cause("profiles", f"the documents hold {patterns} patterns (globs and regular "
+                             f"expressions) in all; at most {MAX_PATTERNS_PER_PLAN} per request: plan "
+                             "them in parts")], kind="PlanRequest")
     causes: list[Cause] = []
     put: list[StorageProfile] = []
     for index, data in enumerate(documents):
