@@ -187,6 +187,8 @@ def test_restore_puts_back_what_the_scheduler_switch_reset(loop_device: str, tmp
 def test_restore_only_selected_keys(loop_devices: Callable[[int], list[str]], tmp_path: Path) -> None:
     a, b = loop_devices(2)
     state = tmp_path / "state"
+    for d in (a, b):  # a reused loop device keeps its last user's read-ahead: make it differ
+        Path(f"/sys/block/{d}/queue/read_ahead_kb").write_text("128")
     before = {d: sysfs(d, "read_ahead_kb") for d in (a, b)}
     plan = Plan(changes=[change(d, "read_ahead_kb", int(before[d]), 4096) for d in (a, b)])
     assert executor.apply(FS, plan, state).ok

@@ -243,3 +243,23 @@ def test_decimal_rates_scale_by_powers_of_ten(x: float, unit: str) -> None:
     scale = {"KB": 1e3, "MB": 1e6, "GB": 1e9}[unit]
     text = f"{x:.3f}"
     assert units.parse_rate(f"{text}{unit}/s") == pytest.approx(float(text) * scale)
+
+
+@pytest.mark.parametrize(("workload", "field"), [
+    ({"name": "w", "pattern": "randread", "blockSize": "4KB"}, "blockSize is 4000 bytes"),
+    ({"name": "w", "pattern": "randrw", "blockSizeSplit": "4k/50:6KB/50"},
+     "blockSizeSplit[1].size is 6000 bytes"),
+    ({"name": "w", "pattern": "read", "blockSize": 1000}, "blockSize is 1000 bytes"),
+])
+def test_hostile_a_direct_block_size_that_is_no_sector_multiple_is_refused_before_fio_fails(
+    workload: dict[str, object], field: str,
+) -> None:
+    """`4KB` is 4000 bytes under the one size rule: fio refuses such direct I/O only once the run
+    started on the host, so the document says so at once, with the spelling meant."""
+    ((path, message),) = problems(with_spec(workloads=[workload], thresholds=[]))
+    assert path == "spec.workloads[0]" and message.startswith(field) and "4KiB or 4k" in message
+    # Buffered I/O has no such rule, and 4KiB is what was meant.
+    load_benchmark(with_spec(workloads=[{**workload, "direct": False}], thresholds=[]))
+    fixed = {k: (v.replace("KB", "KiB") if isinstance(v, str) else 4096) for k, v in workload.items()
+             if k not in ("name", "pattern")}
+    load_benchmark(with_spec(workloads=[{**workload, **fixed}], thresholds=[]))

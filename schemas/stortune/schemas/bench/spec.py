@@ -50,6 +50,8 @@ KIND = "BenchmarkSpec"
 _NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _NAME = re.compile(_NAME_PATTERN)
 _TIME_TEXT = r"^\s*(\d+(\.\d+)?|\.\d+)\s*(ns|us|µs|ms|s|sec|m|min|h)?\s*$"
+#: Direct I/O moves whole logical blocks; no device has blocks smaller than this.
+SECTOR = 512
 #: Device nodes and kernel trees are never a file target.
 _SYSTEM_TREES = ("/dev", "/proc", "/sys")
 #: Linux's PATH_MAX (without the NUL) and NAME_MAX, in bytes.
@@ -184,6 +186,14 @@ class Workload(_Doc):
         if self.iodepth > 1 and self.ioengine in ("psync", "sync", "pvsync2"):
             raise ValueError(f"iodepth {self.iodepth} needs an asynchronous ioengine"
                              f" (libaio, io_uring); {self.ioengine} has one I/O in flight")
+        if self.direct:
+            sizes = [("blockSize", self.blockSize)] + [
+                (f"blockSizeSplit[{i}].size", e.size) for i, e in enumerate(self.blockSizeSplit or [])]
+            for field, size in sizes:
+                if size is not None and size % SECTOR:
+                    raise ValueError(
+                        f"{field} is {size} bytes, not a multiple of {SECTOR}: direct I/O moves whole"
+                        f" sectors (KB is 1000 bytes, KiB and a bare k 1024: 4KiB or 4k is {4 * 1024})")
         return self
 
     def step(self, repeats: int) -> WorkloadStep:
