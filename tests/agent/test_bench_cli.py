@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -48,4 +49,6 @@ def test_a_preset_on_a_loop_device_prints_results_and_devices(loop_device: str, 
     out = second.stdout
     assert "seq-64k/read" in out and "devices (from /proc/diskstats)" in out and loop_device in out
     assert f"against {result['run_id']}" in out and "read_bandwidth" in out
+    # The noise is the interval a change must leave, as everywhere (not one bound shown as "±").
+    assert re.search(r"[-+]\d+\.\d%\.\.\+\d+\.\d%", out) and "±" not in out.split("against")[1]
     assert "stored in" in second.stderr

@@ -35,6 +35,7 @@ from stortune.cli.render import Cell, Output, Row, age
 from stortune.schemas.bench import metrics
 from stortune.schemas.bench.objectives import objectives, threshold_globs
 from stortune.schemas.bench.spec import load_benchmark
+from stortune.schemas.bench.stats import noise_interval
 from stortune.schemas.bench.steps import WorkloadStep
 
 EXIT_OK: Final = 0
@@ -626,7 +627,7 @@ def _noise(row: JSON) -> str:
     """The interval the change must leave to count: '-5.0%..+5.2%'."""
     low, high = row.get("noiseLowPct"), row.get("noiseHighPct")
     if isinstance(low, int | float) and isinstance(high, int | float):
-        return f"{low:+.1f}%..{high:+.1f}%"
+        return noise_interval(float(low), float(high))
     noise = row.get("noisePct")  # a server that gives only the bound on the change's side
     return f"±{noise:.1f}%" if isinstance(noise, int | float) else "-"
 

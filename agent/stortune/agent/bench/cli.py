@@ -119,12 +119,6 @@ def _cell(metric: str, summary: Any) -> str:
     return text
 
 
-def _noise(pct: float | None) -> str:
-    if pct is None:
-        return "-"
-    return f"±{pct:.1f}%" if pct < 1000 else ">±1000% (too few repeats)"
-
-
 def print_result(result: BenchmarkResult, baseline: BenchmarkResult | None = None,
                  out: TextIO = sys.stdout) -> None:
     title = f"benchmark {result.name} ({result.run_id}): {result.state}"
@@ -163,7 +157,7 @@ def print_result(result: BenchmarkResult, baseline: BenchmarkResult | None = Non
                      [[d.step, d.metric, metrics.get(d.metric).human(d.a.mean),
                        metrics.get(d.metric).human(d.b.mean),
                        "-" if d.delta_pct is None else f"{d.delta_pct:+.1f}%",
-                       _noise(d.noise_pct), d.verdict]
+                       d.noise_text(), d.verdict]
                       for d in deltas], out)
     if result.context is not None:
         for warning in result.context.warnings:

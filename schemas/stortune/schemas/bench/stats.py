@@ -127,6 +127,16 @@ class MetricDelta(_Model):
     significant: bool
     verdict: Verdict
 
+    def noise_text(self) -> str:
+        return noise_interval(self.noise_low_pct, self.noise_high_pct)
+
+
+def noise_interval(low: float | None, high: float | None) -> str:
+    """The interval a change must leave to count, as shown everywhere: '-5.0%..+5.2%'."""
+    if low is None or high is None:
+        return "-"
+    return f"{low:+.1f}%..{high:+.1f}%"
+
 
 def _mean(xs: Sequence[float]) -> float:
     return math.fsum(xs) / len(xs)
