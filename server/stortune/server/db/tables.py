@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, Text, false
+from sqlalchemy import BigInteger, ForeignKey, Index, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from stortune.server.db.types import BigId, JSONDoc, UTCDateTime
@@ -257,6 +257,8 @@ class BenchmarkRun(Base):
     topology_hash: Mapped[str | None] = mapped_column(Text)
     passed: Mapped[bool | None]  # the thresholds' verdict, when the spec has thresholds
     result: Mapped[dict[str, Any] | None]  # the BenchmarkResult document
+    #: The tuning experiment this run is a trial of (its id); None for a benchmark asked for itself.
+    experiment: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (
         Index("ix_benchmark_runs_host", "host", "seq"),
@@ -330,3 +332,91 @@ class AgentIdentity(Base):
     first_issued_at: Mapped[datetime]
     last_issued_at: Mapped[datetime]
     expires_at: Mapped[datetime]
+
+
+class Experiment(Base):
+    """A TuningExperiment submitted to the control plane: the queue of experiments is these rows.
+
+    ``document`` is the experiment as validated at submission; ``outcome`` the evidence
+    (per host and pooled), rewritten after every recorded trial so a reader sees it grow.
+    """
+
+    __tablename__ = "experiments"
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))  # metadata.name
+    document: Mapped[dict[str, Any]]
+    state: Mapped[str] = mapped_column(String(16))  # queued | running | done | cancelled | failed
+    #: Why it ended (done, budget-trials, budget-duration, cancelled, or the failure), or what it waits on.
+    reason: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(Text)
+    #: The hosts chosen at submission, in order (their index makes the trials' run ids).
+    hosts: Mapped[list[str]]
+    seed: Mapped[int]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    cancel_requested_at: Mapped[datetime | None]
+    outcome: Mapped[dict[str, Any] | None]
+
+    __table_args__ = (
+        Index("ix_experiments_state", "state", "seq"),
+        Index("ix_experiments_name", "name", "seq"),
+    )
+
+
+class ExperimentHost(Base):
+    """One host of an experiment: while its state is ``running`` the experiment owns the host's
+    settings (the reconciler holds off, benchmarks and other experiments wait)."""
+
+    __tablename__ = "experiment_hosts"
+
+    experiment: Mapped[str] = mapped_column(
+        String(64), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True)
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    #: queued | running | restoring | done | failed | cancelled
+    state: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str] = mapped_column(Text)
+    #: The target device chosen on this host (kernel name) and those beneath it that are tuned.
+    device: Mapped[str | None] = mapped_column(Text)
+    #: The parameter values in effect before the first trial (the baseline point).
+    baseline: Mapped[dict[str, Any] | None]
+    #: What the host held before: {device: {tunable: value}} of every tuned setting, and the
+    #: desired profiles (documents) every trial is applied on top of.
+    originals: Mapped[dict[str, Any] | None]
+    #: The trial being run (its index), None between trials.
+    current_trial: Mapped[int | None]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_experiment_hosts_host", "host", "state"),)
+
+
+class ExperimentTrial(Base):
+    """One trial of one host: the point under test, its benchmark run and what it measured.
+
+    The primary key (experiment, host, index) is what keeps a trial from being recorded twice:
+    a restarted control plane that reaches the same index finds the row and re-attaches.
+    """
+
+    __tablename__ = "experiment_trials"
+
+    experiment: Mapped[str] = mapped_column(
+        String(64), ForeignKey("experiments.id", ondelete="CASCADE"), primary_key=True)
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    index: Mapped[int] = mapped_column(primary_key=True)
+    point: Mapped[dict[str, Any]]
+    purpose: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))  # queued | running | done | failed
+    run_id: Mapped[str] = mapped_column(String(64))
+    #: The Measurement (objective and constrained metrics, job CV, ok, message), once recorded.
+    measurement: Mapped[dict[str, Any] | None]
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    started_at: Mapped[datetime | None]
+    finished_at: Mapped[datetime | None]
+
+    __table_args__ = (UniqueConstraint("run_id", name="uq_experiment_trials_run_id"),)

@@ -148,7 +148,7 @@ def queued_run(spec: BenchmarkSpec, host: str, *, requested_by: str, now: dateti
         schedule=schedule, state="queued", message="queued", progress={}, created_at=now,
         updated_at=now, started_at=None, finished_at=None, cancel_requested_at=None, attempts=0,
         not_before=None, unreachable_since=None, agent_holds=False, profiles={}, kernel=None,
-        fio_version=None, topology_hash=None, passed=None, result=None,
+        fio_version=None, topology_hash=None, passed=None, result=None, experiment=None,
     )
 
 
