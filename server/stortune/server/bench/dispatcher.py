@@ -9,6 +9,8 @@ The queue is the ``benchmark_runs`` table, so it survives restarts. Each pass
 3. per host, takes the run to drive: the one running (a restarted server
    re-attaches to it), else the oldest queued one whose retry time has come.
    Later runs of a host wait: one benchmark at a time per host, in order.
+   While a tuning experiment owns a host, only its trials' runs go there;
+   the host's other runs wait for the experiment's end (``tune.driver``).
 
 Driving a run: ``StartBenchmark`` under the row's id (the agent ignores a
 repeated start of the same id, so a start whose answer was lost, or a server
@@ -90,6 +92,9 @@ class BenchmarkDispatcher:
         self._sweeper: asyncio.Task[None] | None = None  # forgets stored runs on their agents
         self._drivers: dict[str, asyncio.Task[None]] = {}  # host -> the task driving its run
         self._cancels: dict[str, asyncio.Event] = {}  # run id -> set when a cancel is asked for
+        #: Called (in the loop) whenever a host's run stopped being driven: the experiment driver
+        #: waits on its trials' runs through this.
+        self.listeners: list[Callable[[], None]] = []
 
     # -- life ------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -151,10 +156,12 @@ class BenchmarkDispatcher:
         # Stored runs are forgotten on their agents beside the passes: a dead agent must not slow them.
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.create_task(self._forget_held(), name="benchmark-forget")
-        runs = await asyncio.to_thread(store.active_runs, self._sessions)
+        runs, owners = await asyncio.to_thread(store.active_runs, self._sessions)
         by_host: dict[str, list[ActiveRun]] = {}
         for run in runs:
-            by_host.setdefault(run.host, []).append(run)
+            # An experiment owns the host: only its trials run there meanwhile (None: only others).
+            if run.experiment == owners.get(run.host) or run.state == "running":
+                by_host.setdefault(run.host, []).append(run)
         now = self._clock()
         for host, queue in by_host.items():
             if host in self._drivers:
@@ -174,6 +181,8 @@ class BenchmarkDispatcher:
         self._drivers.pop(host, None)
         if self._wakeup is not None:
             self._wakeup.set()  # the host's next run may go
+        for listener in self.listeners:
+            listener()
 
     async def _forget_held(self) -> None:
         failing: set[str] = set()  # agents that did not forget now: a later pass tries again

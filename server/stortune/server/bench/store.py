@@ -11,15 +11,16 @@ from datetime import datetime
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.agentclient import BenchmarkOutcome, BenchmarkProgress
-from stortune.server.services import benchmark_schedules, benchmarks
+from stortune.server.services import benchmark_schedules, benchmarks, experiments
 from stortune.server.services.benchmarks import ActiveRun
 
 Sessions = sessionmaker[Session]
 
 
-def active_runs(sessions: Sessions) -> list[ActiveRun]:
+def active_runs(sessions: Sessions) -> tuple[list[ActiveRun], dict[str, str]]:
+    """The queued and running runs, and host -> the experiment that owns it now."""
     with sessions() as session:
-        return benchmarks.active_runs(session)
+        return benchmarks.active_runs(session), experiments.owners(session)
 
 
 def host_target(sessions: Sessions, host: str) -> tuple[str, dict[str, int]] | None:

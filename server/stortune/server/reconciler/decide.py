@@ -25,6 +25,16 @@ RUNTIME = "changed while the agent was running"
 
 
 @dataclass(frozen=True)
+class ExperimentHold:
+    """A tuning experiment owns these settings of the host: their values are its trials', not drift."""
+
+    experiment: str
+    name: str
+    #: (device id, tunable) of every setting its trials change.
+    owned: frozenset[SettingKey]
+
+
+@dataclass(frozen=True)
 class HostView:
     """One host as the database shows it, read in one short transaction."""
 
@@ -49,6 +59,8 @@ class HostView:
     #: Profiles selecting the host that this version refuses (stored by an earlier one): name -> why.
     #: Nothing is planned or applied while there are any.
     invalid: Mapping[str, str] = field(default_factory=dict)
+    #: The tuning experiment that owns the host's settings now, if any (``ExperimentHold``).
+    experiment: ExperimentHold | None = None
 
     def generations(self) -> dict[str, int]:
         """What the host should have applied: profile -> generation."""
@@ -104,6 +116,8 @@ class Decision:
     rejected: tuple[Rejection, ...]
     #: The agent refused exactly these generations before; terminal until they change.
     refused: bool
+    #: An experiment owns the host: nothing is applied until it ends (its id).
+    held_by: ExperimentHold | None = None
 
 
 def _show(value: Value | None) -> str:
@@ -162,3 +176,12 @@ def _profiles_changed(applied: Mapping[str, int], wanted: Mapping[str, int]) -> 
         elif applied[name] != wanted[name]:
             parts.append(f"{name} generation {applied[name]} -> {wanted[name]}")
     return "profiles changed: " + ", ".join(parts)
+
+
+def hold(decision: Decision, experiment: ExperimentHold) -> Decision:
+    """``decision`` while ``experiment`` owns the host: no apply (profile applies wait for its end),
+    and the settings it owns are neither drift nor counted as drifted; drift elsewhere is still
+    reported. The experiment puts the host back when it ends, then enforcement resumes."""
+    new_drift = tuple(d for d in decision.new_drift if (d.device_id, d.tunable) not in experiment.owned)
+    return replace(decision, apply=False, new_drift=new_drift,
+                   drifted=frozenset(decision.drifted - experiment.owned), held_by=experiment)

@@ -27,7 +27,7 @@ from stortune.server.agentclient import (
     Observation,
 )
 from stortune.server.reconciler import report, store
-from stortune.server.reconciler.decide import Decision, HostView, decide
+from stortune.server.reconciler.decide import Decision, HostView, decide, hold
 from stortune.server.reconciler.report import Outcome, Seen, Update
 from stortune.server.services.versions import VersionReader
 
@@ -99,10 +99,14 @@ async def reconcile(deps: Deps, name: str) -> Result:
             return Result.DONE
         seen = await observe(agent, view, answer)
     except AgentBusy:
+        if view.experiment is not None:  # a trial's benchmark runs there: say why nothing is applied
+            return await _finish(deps, name, report.held(view, view.experiment))
         return Result.RETRY
     except AgentError as exc:
         return await _finish(deps, name, report.unreachable(view, exc))
     decision = decide(view, planner.plan(view.profiles, seen.topology, seen.observed), seen.info.boot_id)
+    if view.experiment is not None:
+        decision = hold(decision, view.experiment)
     if decision.new_drift:
         found = report.observed_drift(view, seen, decision)
         if await _write(deps, name, found) is Result.GONE:

@@ -24,7 +24,7 @@ from stortune.server.agentclient import (
     HostInfo,
 )
 from stortune.server.models.hosts import ConditionStatus, DeviceSetting
-from stortune.server.reconciler.decide import Decision, HostView, SettingKey
+from stortune.server.reconciler.decide import Decision, ExperimentHold, HostView, SettingKey
 from stortune.server.services.events import EventType
 from stortune.server.services.hosts import APPLIED, DRIFTED, REACHABLE, StatusEvent
 
@@ -35,6 +35,25 @@ _LISTED = 3  # settings named in a condition message; the settings table has the
 #: the apply goes once the run ends (settings must not change under a measurement).
 WAITING = "WaitingForBenchmark"
 _BENCHMARK_BUSY = re.compile(r"\bbusy: benchmark (\S+) running")
+
+
+#: Applied=False while a tuning experiment owns the host's settings: its trials set them, so they
+#: are not drift, and profile applies wait until it has put the host back.
+EXPERIMENT_RUNNING = "ExperimentRunning"
+
+
+def experiment_running(hold: ExperimentHold) -> Condition:
+    return ("False", EXPERIMENT_RUNNING,
+            f"experiment {hold.experiment} ({hold.name}) owns {_count(len(hold.owned), 'setting')} of this "
+            "host: its trials set them, profile applies wait until it ends and puts the host back")
+
+
+def held(view: HostView, hold: ExperimentHold) -> Update:
+    """The agent is busy with a trial's benchmark: only say why nothing is applied."""
+    update = Update(conditions=_changed(view, {APPLIED: experiment_running(hold)}))
+    if update.conditions:  # once per change, not per pass
+        update.events.append(StatusEvent("Normal", EXPERIMENT_RUNNING, experiment_running(hold)[2]))
+    return update
 
 
 @dataclass(frozen=True)
@@ -221,6 +240,8 @@ class _Verdict:
 
 
 def _verdict(decision: Decision, outcome: Outcome | None) -> _Verdict:
+    if decision.held_by is not None:
+        return _Verdict(applied=experiment_running(decision.held_by))
     if decision.rejected:
         return _Verdict(applied=("False", "Rejected", _rejections(decision.rejected)))
     if decision.refused:
@@ -290,7 +311,8 @@ def conclude(view: HostView, seen: Seen, decision: Decision, outcome: Outcome | 
     update.conditions = _changed(view, conditions)
     failed = update.conditions.get(APPLIED)
     if failed is not None and failed[0] == "False":  # once per change, not per retry
-        kind: EventType = "Normal" if failed[1] == WAITING else "Warning"  # waiting is no failure
+        # Waiting for a benchmark or an experiment is no failure.
+        kind: EventType = "Normal" if failed[1] in (WAITING, EXPERIMENT_RUNNING) else "Warning"
         update.events.append(StatusEvent(kind, failed[1], failed[2]))
     return update
 

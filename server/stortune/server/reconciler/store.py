@@ -22,7 +22,7 @@ from stortune.server.errors import NotFound
 from stortune.server.models.hosts import DeviceSetting
 from stortune.server.reconciler.decide import HostView
 from stortune.server.reconciler.report import Update
-from stortune.server.services import hosts, profiles
+from stortune.server.services import experiments, hosts, profiles
 from stortune.server.services.versions import current_resource_version
 from stortune.server.versioned import VersionedCache
 
@@ -110,6 +110,7 @@ def _load(session: Session, name: str, cache: Topologies) -> HostView | None:
         topology=topology, topology_hash=host.topology_hash,
         checked_boot_id=status.get("checkedBootId"), applied_boot_id=status.get("appliedBootId"),
         refused=status.get("refusedGenerations"), lease_expired=host.lease_expired, invalid=invalid,
+        experiment=experiments.holding(session, name),
     )
 
 

@@ -235,6 +235,8 @@ class ActiveRun:
     not_before: datetime | None
     unreachable_since: datetime | None
     cancel_requested: bool
+    #: The experiment this run is a trial of (None: a benchmark asked for itself).
+    experiment: str | None = None
 
 
 def active_runs(session: Session) -> list[ActiveRun]:
@@ -242,9 +244,9 @@ def active_runs(session: Session) -> list[ActiveRun]:
     rows = session.execute(
         select(BenchmarkRun.id, BenchmarkRun.host, BenchmarkRun.state, BenchmarkRun.spec,
                BenchmarkRun.attempts, BenchmarkRun.not_before, BenchmarkRun.unreachable_since,
-               BenchmarkRun.cancel_requested_at)
+               BenchmarkRun.cancel_requested_at, BenchmarkRun.experiment)
         .where(BenchmarkRun.state.in_(ACTIVE)).order_by(BenchmarkRun.seq)).all()
-    return [ActiveRun(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] is not None) for r in rows]
+    return [ActiveRun(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7] is not None, r[8]) for r in rows]
 
 
 def host_target(session: Session, name: str) -> tuple[str, dict[str, int]] | None:
