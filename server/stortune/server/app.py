@@ -29,6 +29,7 @@ from stortune.server.services.agent_pki import AgentPki
 from stortune.server.services.pacing import FleetSize
 from stortune.server.services.versions import VersionReader
 from stortune.server.settings import Settings
+from stortune.server.tune.driver import ExperimentDriver
 
 VERSION = "0.1.0"
 
@@ -92,6 +93,10 @@ def create_app(
     # The benchmark run queue (its rows survive restarts), run with the app like the reconciler.
     dispatcher = BenchmarkDispatcher(sessions, agents, clock=now, interval=settings.benchmark_interval_s,
                                      unreachable_timeout=settings.benchmark_unreachable_timeout_s)
+    # Tuning experiments: per host one trial at a time, each a run of the benchmark queue.
+    experiments = ExperimentDriver(sessions, agents, dispatcher, clock=now,
+                                   interval=settings.experiment_interval_s,
+                                   unreachable_timeout=settings.benchmark_unreachable_timeout_s)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -101,9 +106,11 @@ def create_app(
         if running is not None:
             await running.start()
         await dispatcher.start()
+        await experiments.start()
         try:
             yield
         finally:
+            await experiments.stop()
             await dispatcher.stop()
             if running is not None:
                 await running.stop()
@@ -128,6 +135,7 @@ def create_app(
     app.state.controller = controller
     app.state.agents = agents
     app.state.benchmarks = dispatcher
+    app.state.experiments = experiments
     app.state.agent_pki = pki
     app.state.clock = now
     app.state.rendered = RenderedCache()

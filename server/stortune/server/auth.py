@@ -47,6 +47,9 @@ class Permission(StrEnum):
     READ_REDACTIONS = "read the redaction mapping"
     READ_BENCHMARKS = "read benchmarks"
     RUN_BENCHMARKS = "run benchmarks"
+    READ_EXPERIMENTS = "read tuning experiments"
+    # Experiments change a host's settings trial by trial (and put them back): an operator's call.
+    RUN_EXPERIMENTS = "run tuning experiments"
     REPORT_AS_AGENT = "report as an agent"  # register, heartbeat, topology
     # The agent calls for an enrolled host without its host key (services/host_keys.py).
     ACT_FOR_ANY_HOST = "act for any host"
@@ -55,16 +58,17 @@ class Permission(StrEnum):
 
 
 _P = Permission
-_READ = frozenset({_P.READ_PROFILES, _P.READ_HOSTS, _P.READ_EVENTS, _P.READ_BENCHMARKS})
+_READ = frozenset({_P.READ_PROFILES, _P.READ_HOSTS, _P.READ_EVENTS, _P.READ_BENCHMARKS, _P.READ_EXPERIMENTS})
 
 #: The one table of who may do what. Admin is everything, the agent calls
 #: included (an admin may register a host by hand, for any host); the bootstrap
 #: token of agents may do nothing else, and for an enrolled host only with its key.
 ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = {
     Role.ADMIN: frozenset(Permission),
-    Role.OPERATOR: _READ | {_P.WRITE_PROFILES, _P.LABEL_HOSTS, _P.RUN_BENCHMARKS},
+    Role.OPERATOR: _READ | {_P.WRITE_PROFILES, _P.LABEL_HOSTS, _P.RUN_BENCHMARKS, _P.RUN_EXPERIMENTS},
     Role.VIEWER: _READ,
-    Role.SUPPORT: frozenset({_P.READ_HOSTS, _P.READ_EVENTS, _P.READ_DIAGNOSTICS, _P.READ_BENCHMARKS}),
+    Role.SUPPORT: frozenset({_P.READ_HOSTS, _P.READ_EVENTS, _P.READ_DIAGNOSTICS, _P.READ_BENCHMARKS,
+                             _P.READ_EXPERIMENTS}),
     Role.AGENT: frozenset({_P.REPORT_AS_AGENT}),
 }
 

@@ -54,6 +54,11 @@ class Settings(BaseModel):
     benchmark_interval_s: float = Field(default=5, gt=0, le=60)
     # A run whose agent does not answer for this long fails, with the reason.
     benchmark_unreachable_timeout_s: float = Field(default=600, gt=0)
+    # Tuning experiments: the most points a grid may hold (the document's own limit is 4096;
+    # a smaller fleet-wide limit keeps a careless grid from taking hosts for days).
+    experiment_max_grid: int = Field(default=4096, ge=1, le=4096)
+    # The experiment queue is looked at this often (and at once when one is submitted or cancelled).
+    experiment_interval_s: float = Field(default=5, gt=0, le=60)
     # How long an accepted token is trusted without reading its row again. A revocation
     # through this server is immediate; other servers sharing the database see it this late.
     token_cache_s: float = Field(default=10, ge=0, le=300)

@@ -21,6 +21,7 @@ from stortune.server.api.routes import (
     benchmarks,
     diagnostics,
     events,
+    experiments,
     health,
     hosts,
     plans,
@@ -41,6 +42,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     benchmark_baselines.router,
     benchmark_schedules.router,
     benchmarks.router,
+    experiments.router,
     diagnostics.router,
     tokens.router,
     audit.router,
@@ -48,7 +50,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
 
 #: The order /docs lists the API in.
 OPENAPI_TAGS = [{"name": tag} for tag in (
-    "profiles", "hosts", "events", "agents", "tokens", "audit", "diagnostics", "benchmarks", "health")]
+    "profiles", "hosts", "events", "agents", "tokens", "audit", "diagnostics", "benchmarks", "experiments", "health")]
 
 health_router = health.router
 

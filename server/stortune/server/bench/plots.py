@@ -252,3 +252,7 @@ def compare_chart(a: BenchmarkResult, b: BenchmarkResult, deltas: Sequence[Metri
         figure.suptitle(f"{a.name} -> {b.name}: {family} before and after (error bars: 1 stdev)")
 
     return _render(build, fmt, _width(len(rows)), _SIZE[1] + 0.35 + 0.17 * len(caption))
+
+
+#: The one entry point for charts drawn elsewhere (experiment charts): the same backend, lock and style.
+render_figure = _render

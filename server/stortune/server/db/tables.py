@@ -388,6 +388,10 @@ class ExperimentHost(Base):
     originals: Mapped[dict[str, Any] | None]
     #: The trial being run (its index), None between trials.
     current_trial: Mapped[int | None]
+    #: Live progress: trial k of n, the values under test, the metric so far, the leader and its margin.
+    progress: Mapped[dict[str, Any]]
+    #: This host's evidence so far (the engine's Outcome), rewritten with every recorded trial.
+    outcome: Mapped[dict[str, Any] | None]
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
     updated_at: Mapped[datetime]

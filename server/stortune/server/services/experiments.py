@@ -163,8 +163,8 @@ def create(session: Session, exp: TuningExperiment, names: Sequence[str], *, req
     session.flush()
     session.add_all(ExperimentHost(
         experiment=row.id, host=name, state="queued", message="waiting for its turn", device=None,
-        baseline=None, originals=None, current_trial=None, started_at=None, finished_at=None,
-        updated_at=now) for name in names)
+        baseline=None, originals=None, current_trial=None, progress={}, outcome=None, started_at=None,
+        finished_at=None, updated_at=now) for name in names)
     session.commit()
     return row
 
@@ -323,7 +323,8 @@ def note_host(session: Session, experiment_id: str, host: str, message: str, now
 
 
 def open_trial(session: Session, experiment_id: str, host: str, *, index: int, point: Mapping[str, Any],
-               purpose: str, run_id: str, spec: BenchmarkSpec, requested_by: str, now: datetime) -> bool:
+               purpose: str, run_id: str, spec: BenchmarkSpec, requested_by: str, progress: Mapping[str, Any],
+               now: datetime) -> bool:
     """The trial's row and its benchmark run (queued) in one transaction; False when the trial
     exists already (a restarted driver reached it again: follow the run that exists)."""
     session.commit()
@@ -341,7 +342,8 @@ def open_trial(session: Session, experiment_id: str, host: str, *, index: int, p
     session.add(run)
     session.execute(update(ExperimentHost)
                     .where(ExperimentHost.experiment == experiment_id, ExperimentHost.host == host)
-                    .values(current_trial=index, message=f"trial {index + 1} running", updated_at=now)
+                    .values(current_trial=index, message=f"trial {index + 1} running", progress=dict(progress),
+                            updated_at=now)
                     .execution_options(synchronize_session=False))
     session.commit()
     return True
@@ -353,9 +355,9 @@ def trial_run(session: Session, run_id: str) -> BenchmarkRun | None:
 
 def record_trial(session: Session, experiment_id: str, host: str, index: int, *, ok: bool,
                  measurement: Mapping[str, Any], message: str, outcome: Mapping[str, Any] | None,
-                 now: datetime) -> bool:
-    """Store a trial's measurement and the experiment's evidence so far in one transaction;
-    False when it was recorded already."""
+                 progress: Mapping[str, Any], now: datetime) -> bool:
+    """Store a trial's measurement with the host's evidence and progress so far, in one
+    transaction; False when it was recorded already (nothing is written then)."""
     session.commit()
     done = session.execute(
         update(ExperimentTrial)
@@ -367,23 +369,23 @@ def record_trial(session: Session, experiment_id: str, host: str, index: int, *,
     if done is None:
         session.rollback()
         return False
-    if outcome is not None:
-        session.execute(update(Experiment).where(Experiment.id == experiment_id)
-                        .values(outcome=dict(outcome), updated_at=now)
-                        .execution_options(synchronize_session=False))
     session.execute(update(ExperimentHost)
                     .where(ExperimentHost.experiment == experiment_id, ExperimentHost.host == host)
-                    .values(current_trial=None, updated_at=now).execution_options(synchronize_session=False))
+                    .values(current_trial=None, updated_at=now, progress=dict(progress),
+                            outcome=None if outcome is None else dict(outcome))
+                    .execution_options(synchronize_session=False))
     session.commit()
     return True
 
 
-def begin_restore(session: Session, experiment_id: str, host: str, message: str, now: datetime) -> None:
-    """The host's trials are over: it is being put back (still owned until that has succeeded)."""
+def begin_restore(session: Session, experiment_id: str, host: str, message: str,
+                  progress: Mapping[str, Any], now: datetime) -> None:
+    """The host's trials are over: it is being put back (still owned until that has succeeded);
+    ``progress`` says how it ended, for a restarted driver that finishes the restore."""
     session.execute(update(ExperimentHost)
                     .where(ExperimentHost.experiment == experiment_id, ExperimentHost.host == host,
-                           ExperimentHost.state.in_(("queued", "running")))
-                    .values(state="restoring", message=message, updated_at=now)
+                           ExperimentHost.state.in_(OWNING))
+                    .values(state="restoring", message=message, progress=dict(progress), updated_at=now)
                     .execution_options(synchronize_session=False))
     session.commit()
 

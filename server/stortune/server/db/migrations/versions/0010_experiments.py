@@ -61,6 +61,8 @@ def upgrade() -> None:
         sa.Column("baseline", JSON, nullable=True),
         sa.Column("originals", JSON, nullable=True),
         sa.Column("current_trial", sa.Integer(), nullable=True),
+        sa.Column("progress", JSON, nullable=False),
+        sa.Column("outcome", JSON, nullable=True),
         sa.Column("started_at", TIME, nullable=True),
         sa.Column("finished_at", TIME, nullable=True),
         sa.Column("updated_at", TIME, nullable=False),

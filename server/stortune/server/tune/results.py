@@ -1,0 +1,129 @@
+"""Small pure pieces of the driver: the baseline a host starts from, whether a run measured the
+trial's values, and the words a host's end is recorded with."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from stortune.schemas.bench.results import BenchmarkResult
+from stortune.schemas.catalog import Value
+from stortune.schemas.profile import StorageProfile
+from stortune.schemas.topology import Device
+from stortune.schemas.tuning.evidence import Outcome
+from stortune.schemas.tuning.experiment import TuningExperiment
+from stortune.schemas.tuning.recommend import recommended_profile
+from stortune.server.errors import NotFound
+from stortune.server.services import profiles
+
+#: Marks the profiles an experiment stored (applyResult), as `stortune apply` marks its own.
+MANAGED_BY = "stortune.dev/managed-by"
+
+
+def _value(device: Device, tunable: str) -> Value | None:
+    state = device.tunables.get(tunable)
+    return None if state is None else state.value
+
+
+def baseline_of(exp: TuningExperiment, device: Device, beneath: Sequence[Device]
+                ) -> tuple[dict[str, Value], dict[str, dict[str, Value | None]], list[list[str]]]:
+    """(the baseline point, {device: {tunable: value}} of every setting the trials change, and
+    the (device id, tunable) keys the experiment owns while it runs).
+
+    A beneath parameter's baseline is the value the devices beneath hold (the first one's when
+    they differ: the end puts each back to its own anyway)."""
+    point: dict[str, Value] = {}
+    settings: dict[str, dict[str, Value | None]] = {}
+    owned: list[list[str]] = []
+    for parameter in exp.spec.parameters:
+        devices = [device] if parameter.at == "target" else list(beneath)
+        for dev in devices:
+            value = _value(dev, parameter.tunable)
+            settings.setdefault(dev.name, {})[parameter.tunable] = value
+            owned.append([dev.id, parameter.tunable])
+            if parameter.key not in point and value is not None:
+                point[parameter.key] = value
+        if parameter.key not in point:
+            # check_against_device refused this already; a device that lost the tunable since.
+            point[parameter.key] = parameter.choices()[0]
+    return point, settings, owned
+
+
+def values_not_in_effect(result: BenchmarkResult, point: Mapping[str, Value], device: Device,
+                         beneath: Sequence[Device]) -> str:
+    """'' when the run's context shows every value of ``point`` in effect, else what differed.
+
+    Something outside the experiment (a hand, another tool) may have changed a setting between
+    the apply and the run: such a measurement does not measure the point."""
+    context = result.context
+    if context is None:
+        return ""
+    wrong = []
+    for key, want in point.items():
+        tunable, _, where = key.partition("@")
+        names = [device.name] if not where else [d.name for d in beneath]
+        for name in names:
+            seen = context.settings.get(name, {}).get(tunable)
+            if seen is not None and str(seen) != str(want):
+                wrong.append(f"{name} {tunable} {seen}, wanted {want}")
+    return "; ".join(wrong)
+
+
+def report_text(report: Mapping[str, Any]) -> str:
+    messages = [str(m) for m in report.get("messages", [])]
+    title = str(report.get("title", "apply failed"))
+    return f"{title}: {'; '.join(messages[:3])}" if messages else title
+
+
+_ENDINGS = {
+    "done": "done: the search is complete",
+    "budget-trials": "done: the trial budget is spent",
+    "budget-duration": "done: the time budget is spent",
+    "cancelled": "cancelled",
+}
+
+
+def ending_message(state: str, why: str) -> str:
+    if state == "failed":
+        return f"failed: {why}"
+    return _ENDINGS.get(why, f"{state}: {why}" if why else state)
+
+
+def keep_recommendation(sessions: sessionmaker[Session], exp: TuningExperiment, outcome: Mapping[str, Any],
+                        device: Device, beneath: Sequence[Device], now: datetime) -> str | None:
+    """Store the recommended profile (create, or replace the one an earlier run stored); its name,
+    or None when there is nothing to keep."""
+    if outcome.get("holdsEverywhere") is False:
+        return None
+    core = Outcome.model_validate({k: v for k, v in outcome.items() if k in Outcome.model_fields})
+    if core.recommendation.keepCurrent:
+        return None
+    profile = recommended_profile(exp, core, device, beneath=beneath)
+    profile = profile.model_copy(update={"metadata": profile.metadata.model_copy(update={
+        "annotations": {**profile.metadata.annotations, MANAGED_BY: "stortune-experiment"}})})
+    with sessions() as session:
+        try:
+            profiles.get(session, profile.name)
+        except NotFound:
+            profiles.create(session, profile, now)
+        else:
+            profiles.replace(session, profile.name, profile, now)
+    return profile.name
+
+
+def profile_of(exp: TuningExperiment, outcome: Mapping[str, Any] | None, host_rows: Sequence[Any]
+               ) -> StorageProfile:
+    """The recommended StorageProfile of an experiment's (pooled) outcome, its rule matching the
+    class of the device tuned on the first host; ValueError when there is none yet."""
+    if not outcome:
+        raise ValueError("no trial has been recorded yet: there is no recommendation")
+    taken = next((h for h in host_rows if h.originals and h.originals.get("device")), None)
+    if taken is None:
+        raise ValueError("no host was taken yet: the device is not known")
+    core = Outcome.model_validate({k: v for k, v in outcome.items() if k in Outcome.model_fields})
+    device = Device.model_validate(taken.originals["device"])
+    beneath = [Device.model_validate(d) for d in taken.originals.get("beneath") or []]
+    return recommended_profile(exp, core, device, beneath=beneath)
