@@ -50,7 +50,8 @@ API_ROUTERS: tuple[APIRouter, ...] = (
 
 #: The order /docs lists the API in.
 OPENAPI_TAGS = [{"name": tag} for tag in (
-    "profiles", "hosts", "events", "agents", "tokens", "audit", "diagnostics", "benchmarks", "experiments", "health")]
+    "profiles", "hosts", "events", "agents", "tokens", "audit", "diagnostics", "benchmarks", "experiments",
+    "health")]
 
 health_router = health.router
 

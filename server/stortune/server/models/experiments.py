@@ -37,7 +37,7 @@ class TrialView(BaseModel):
     @classmethod
     def from_row(cls, row: ExperimentTrial) -> TrialView:
         return cls(host=row.host, index=row.index, point=row.point, purpose=row.purpose,
-                   state=row.state,  # type: ignore[arg-type]
+                   state=row.state,
                    runId=row.run_id, measurement=row.measurement, message=row.message,
                    startedAt=row.started_at, finishedAt=row.finished_at)
 
@@ -57,7 +57,7 @@ class HostStatus(BaseModel):
 
     @classmethod
     def from_row(cls, row: ExperimentHost) -> HostStatus:
-        return cls(host=row.host, state=row.state,  # type: ignore[arg-type]
+        return cls(host=row.host, state=row.state,
                    message=row.message, device=row.device, baseline=row.baseline,
                    currentTrial=row.current_trial, progress=row.progress, startedAt=row.started_at,
                    finishedAt=row.finished_at)
@@ -65,7 +65,8 @@ class HostStatus(BaseModel):
 
 class ExperimentStatus(BaseModel):
     state: ExperimentState
-    reason: str = Field(description="Why it ended (done, budget, cancelled, the failure), or what it waits on")
+    reason: str = Field(description="Why it ended (done, budget, cancelled, the failure), or what it "
+                                    "waits on")
     createdBy: str
     startedAt: datetime | None = None
     finishedAt: datetime | None = None
@@ -94,7 +95,7 @@ class ExperimentDocument(BaseModel):
                                 labels=meta.get("labels") or {}, annotations=meta.get("annotations") or {}),
             spec=row.document.get("spec") or {},
             status=ExperimentStatus(
-                state=row.state,  # type: ignore[arg-type]
+                state=row.state,
                 reason=row.reason, createdBy=row.created_by, startedAt=row.started_at,
                 finishedAt=row.finished_at, cancelRequested=row.cancel_requested_at is not None,
                 hosts=[HostStatus.from_row(h) for h in host_rows],

@@ -119,7 +119,7 @@ def resolve(session: Session, exp: TuningExperiment, names: Sequence[str]) -> li
     Invalid (422) naming the field: ``spec.target.device`` when a host has no single match,
     ``spec.parameters[i]...`` for a value the device refuses (a scheduler its kernel does not offer).
     """
-    from stortune.schemas.tuning.experiment import check_against_device
+    from stortune.server.tune.checks import device_problems
 
     causes: list[Cause] = []
     out: list[HostTarget] = []
@@ -133,7 +133,7 @@ def resolve(session: Session, exp: TuningExperiment, names: Sequence[str]) -> li
             causes.append(Cause("spec.target.device", f"on host {name}: {why}"))
             continue
         below = beneath_of(topology, device)
-        for problem in check_against_device(exp, device, below):
+        for problem in device_problems(exp, device, below):
             causes.append(Cause(problem.path, f"on host {name}, device {device.name}: {problem.message}"))
         out.append(HostTarget(name, topology, device, below))
     if causes:
@@ -342,8 +342,8 @@ def open_trial(session: Session, experiment_id: str, host: str, *, index: int, p
     session.add(run)
     session.execute(update(ExperimentHost)
                     .where(ExperimentHost.experiment == experiment_id, ExperimentHost.host == host)
-                    .values(current_trial=index, message=f"trial {index + 1} running", progress=dict(progress),
-                            updated_at=now)
+                    .values(current_trial=index, message=f"trial {index + 1} running",
+                            progress=dict(progress), updated_at=now)
                     .execution_options(synchronize_session=False))
     session.commit()
     return True
@@ -378,7 +378,7 @@ def record_trial(session: Session, experiment_id: str, host: str, index: int, *,
     return True
 
 
-def begin_restore(session: Session, experiment_id: str, host: str, message: str,
+def begin_restore(session: Session, experiment_id: str, host: str, *, message: str,
                   progress: Mapping[str, Any], now: datetime) -> None:
     """The host's trials are over: it is being put back (still owned until that has succeeded);
     ``progress`` says how it ended, for a restarted driver that finishes the restore."""

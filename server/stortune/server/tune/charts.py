@@ -77,6 +77,12 @@ def _pick(trials: Sequence[Mapping[str, Any]], key: str, value: Any, leader: Map
     return (max if maximize else min)(with_value, key=lambda t: float(t["mean"]))
 
 
+def _bound(trial: Mapping[str, Any], key: str) -> float:
+    """An end of the trial's 95% interval; its mean when it has none (one run)."""
+    value = trial.get(key)
+    return float(value if isinstance(value, int | float) else trial["mean"])
+
+
 def values_chart(doc: ExperimentDocument, fmt: Format) -> bytes:
     outcome = _outcome(doc)
     trials = _usable(outcome["trials"])
@@ -101,10 +107,9 @@ def values_chart(doc: ExperimentDocument, fmt: Format) -> bytes:
             shown = [(v, t) for v, t in picked if t is not None]
             xs = list(range(len(shown)))
             means = [float(t["mean"]) * factor for _, t in shown]
-            low = [max(0.0, m - float(t.get("ci95_low") if t.get("ci95_low") is not None else t["mean"]) * factor)
-                   for m, (_, t) in zip(means, shown, strict=True)]
-            high = [max(0.0, float(t.get("ci95_high") if t.get("ci95_high") is not None else t["mean"]) * factor
-                        - m) for m, (_, t) in zip(means, shown, strict=True)]
+            pairs = list(zip(means, [t for _, t in shown], strict=True))
+            low = [max(0.0, m - _bound(t, "ci95_low") * factor) for m, t in pairs]
+            high = [max(0.0, _bound(t, "ci95_high") * factor - m) for m, t in pairs]
             colours = ["tab:green" if leader and t["point"] == leader else
                        "0.5" if not t.get("feasible", True) else "tab:blue" for _, t in shown]
             ax.bar(xs, means, color=colours, yerr=[low, high], capsize=3)
@@ -209,7 +214,8 @@ def fairness_chart(doc: ExperimentDocument, fmt: Format) -> bytes:
         for bound in bounds:
             cv = bound.get("maxCV")
             if isinstance(cv, int | float):
-                ax.axhline(float(cv), color="tab:red", linestyle="--", label=f"max CV {cv:g}% ({bound['fairness']})")
+                ax.axhline(float(cv), color="tab:red", linestyle="--",
+                           label=f"max CV {cv:g}% ({bound['fairness']})")
         ax.set_xlabel("trial")
         ax.set_ylabel("CV of per-job bandwidth (%)")
         ax.set_ylim(bottom=0)

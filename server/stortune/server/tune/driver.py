@@ -40,7 +40,7 @@ from typing import Any
 from stortune.schemas.bench.results import TERMINAL_STATES, BenchmarkResult
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device
-from stortune.schemas.tuning.experiment import TuningExperiment, check_against_device, parse_experiment
+from stortune.schemas.tuning.experiment import TuningExperiment, parse_experiment
 from stortune.schemas.tuning.overlay import overlay_conflicts, overlay_profile
 from stortune.schemas.tuning.space import Measurement, TrialRequest, benchmark_for, failed, measure
 from stortune.server.agentclient import (
@@ -53,6 +53,7 @@ from stortune.server.agentclient import (
 from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.services.experiments import ActiveHost, beneath_of, find_target, trial_run_id
 from stortune.server.tune import evidence, results, store
+from stortune.server.tune.checks import device_problems
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,8 @@ class ExperimentDriver:
             seen.add(active.host)
             if active.host in self._drivers:
                 continue
-            task = asyncio.create_task(self._drive(active), name=f"experiment-{active.experiment}-{active.host}")
+            task = asyncio.create_task(self._drive(active),
+                                       name=f"experiment-{active.experiment}-{active.host}")
             self._drivers[active.host] = task
             task.add_done_callback(self._driven_callback(active.host))
 
@@ -242,7 +244,7 @@ class ExperimentDriver:
             if device is None:
                 raise HostFailed(f"spec.target.device {why}")
             beneath = beneath_of(topology, device)
-            problems = check_against_device(exp, device, beneath)
+            problems = device_problems(exp, device, beneath)
             if problems:
                 raise HostFailed("; ".join(f"{p.path}: {p.message}" for p in problems))
             baseline, settings, owned = results.baseline_of(exp, device, beneath)
@@ -256,15 +258,16 @@ class ExperimentDriver:
             return None
         originals = {"settings": settings, "owned": owned, "device": device.model_dump(mode="json"),
                      "beneath": [d.model_dump(mode="json") for d in beneath],
-                     "profiles": [p.model_dump(mode="json", by_alias=True, exclude_none=True) for p in profiles],
+                     "profiles": [p.model_dump(mode="json", by_alias=True, exclude_none=True)
+                                  for p in profiles],
                      "generations": generations}
         if not await asyncio.to_thread(store.claim, self._sessions, active.experiment, active.host,
                                        device=device.name, baseline=baseline, originals=originals,
                                        now=self._clock()):
             await self._note(active, "waiting: the host is busy (a benchmark or another experiment)")
             return None
-        log.info("experiment %s took %s (device %s, baseline %s)", active.experiment, active.host, device.name,
-                 baseline)
+        log.info("experiment %s took %s (device %s, baseline %s)", active.experiment, active.host,
+                 device.name, baseline)
         return _Held(exp, active, agent, device, beneath, baseline, profiles, generations,
                      evidence.members_of(originals))
 
@@ -296,8 +299,9 @@ class ExperimentDriver:
                 return "cancelled"
             if pending is not None:  # a trial a restarted server finds in flight: follow its run
                 request = TrialRequest(index=pending.index, point=dict(pending.point),
-                                       purpose=pending.purpose,  # type: ignore[arg-type]
-                                       total_estimate=max(engine.progress().total_estimate, pending.index + 1),
+                                       purpose=pending.purpose,
+                                       total_estimate=max(engine.progress().total_estimate,
+                                                          pending.index + 1),
                                        reason="in flight when the control plane restarted")
                 run_id, pending = pending.run_id, None
             else:
@@ -405,14 +409,16 @@ class ExperimentDriver:
             state, why = str(ending.get("state", "done")), str(ending.get("why", "done"))
         progress["ending"] = {"state": state, "why": why}
         await asyncio.to_thread(store.begin_restore, self._sessions, active.experiment, active.host,
-                                results.ending_message(state, why), progress, self._clock())
+                                message=results.ending_message(state, why), progress=progress,
+                                now=self._clock())
         if state == "done" and held.exp.spec.applyResult:
             await self._keep_winner(held)
         attempts = 0
         while True:
             try:
                 profiles, generations = await self._desired(active)
-                result = await held.agent.apply(profiles, generations, f"{active.experiment}-h{active.host_index}-end")
+                result = await held.agent.apply(profiles, generations,
+                                                f"{active.experiment}-h{active.host_index}-end")
                 if result.ok:
                     break
                 message = results.report_text(result.report)
@@ -438,12 +444,14 @@ class ExperimentDriver:
             return
         try:
             stored = await asyncio.to_thread(results.keep_recommendation, self._sessions, held.exp, outcome,
-                                             held.device, held.beneath, self._clock())
+                                             device=held.device, beneath=held.beneath, now=self._clock())
         except Exception as exc:  # the recommendation stays in the outcome; the host goes back anyway
-            log.warning("experiment %s: the recommended profile was not stored: %s", held.active.experiment, exc)
+            log.warning("experiment %s: the recommended profile was not stored: %s",
+                        held.active.experiment, exc)
             return
         if stored:
-            log.info("experiment %s: recommended profile %s stored (applyResult)", held.active.experiment, stored)
+            log.info("experiment %s: recommended profile %s stored (applyResult)",
+                     held.active.experiment, stored)
 
     async def _release(self, active: ActiveHost, outcome: Mapping[str, Any] | None, state: str,
                        message: str) -> None:

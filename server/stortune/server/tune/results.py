@@ -93,7 +93,7 @@ def ending_message(state: str, why: str) -> str:
 
 
 def keep_recommendation(sessions: sessionmaker[Session], exp: TuningExperiment, outcome: Mapping[str, Any],
-                        device: Device, beneath: Sequence[Device], now: datetime) -> str | None:
+                        *, device: Device, beneath: Sequence[Device], now: datetime) -> str | None:
     """Store the recommended profile (create, or replace the one an earlier run stored); its name,
     or None when there is nothing to keep."""
     if outcome.get("holdsEverywhere") is False:

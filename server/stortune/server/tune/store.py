@@ -108,10 +108,10 @@ def record_trial(sessions: Sessions, experiment: str, host: str, index: int, *, 
                                         message=message, outcome=outcome, progress=progress, now=now)
 
 
-def begin_restore(sessions: Sessions, experiment: str, host: str, message: str,
+def begin_restore(sessions: Sessions, experiment: str, host: str, *, message: str,
                   progress: Mapping[str, Any], now: datetime) -> None:
     with sessions() as session:
-        experiments.begin_restore(session, experiment, host, message, progress, now)
+        experiments.begin_restore(session, experiment, host, message=message, progress=progress, now=now)
 
 
 def release(sessions: Sessions, experiment: str, host: str, *, state: str, message: str,

@@ -120,7 +120,8 @@ def _plans(session: SessionDep, exp: TuningExperiment, names: list[str]) -> list
 
 @router.post("", status_code=status.HTTP_201_CREATED,
              dependencies=[RateLimited("experiments", per_minute=SUBMISSIONS_PER_MINUTE)],
-             responses={**BAD_REQUEST, **TOO_MANY, 200: {"model": ExperimentDryRun, "description": "Dry run"}})
+             responses={**BAD_REQUEST, **TOO_MANY,
+                        200: {"model": ExperimentDryRun, "description": "Dry run"}})
 def create_experiment(
     *, who: Runner, body: DocumentDep, session: SessionDep, now: NowDep, request: Request,
     response: Response, settings: SettingsDep, driver: DriverDep, dry_run: DryRun = None,
@@ -145,13 +146,15 @@ def create_experiment(
 def list_experiments(
     *, who: Reader, session: SessionDep,
     name: Annotated[str | None, Query(max_length=253, description="metadata.name")] = None,
-    state: Annotated[list[Literal["queued", "running", "done", "cancelled", "failed"]] | None, Query()] = None,
+    state: Annotated[list[Literal["queued", "running", "done", "cancelled", "failed"]] | None,
+                     Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
 ) -> ExperimentList:
     """Newest first, each with its hosts' progress (GET one experiment for its trials)."""
     rows = experiments.list_experiments(session, name=name, states=state, visible=_visible(session, who),
                                         limit=limit)
-    return ExperimentList(items=[ExperimentDocument.of(r, experiments.host_rows(session, r.id)) for r in rows])
+    return ExperimentList(items=[ExperimentDocument.of(r, experiments.host_rows(session, r.id))
+                                 for r in rows])
 
 
 @router.get("/{experiment_id}", responses=NOT_FOUND)
@@ -162,7 +165,7 @@ def get_experiment(who: Reader, experiment_id: ExperimentId, session: SessionDep
 
 
 # -- cancelling ---------------------------------------------------------------------------------------
-def _cancel(who: Principal, experiment_id: str, session: SessionDep, now: NowDep, response: Response,
+def _cancel(who: Principal, experiment_id: str, session: SessionDep, *, now: NowDep, response: Response,
             driver: Any) -> ExperimentDocument:
     visible_experiment(session, who, experiment_id)
     row = experiments.cancel(session, experiment_id, now)
@@ -181,14 +184,14 @@ def cancel_experiment(*, who: Runner, experiment_id: ExperimentId, session: Sess
                       response: Response, driver: DriverDep) -> ExperimentDocument:
     """A queued experiment ends at once (200); a running one stops its trial (the agent kills fio)
     and puts every host back to its desired state before it ends as cancelled (202)."""
-    return _cancel(who, experiment_id, session, now, response, driver)
+    return _cancel(who, experiment_id, session, now=now, response=response, driver=driver)
 
 
 @router.delete("/{experiment_id}", responses=_CANCEL_RESPONSES)
 def delete_experiment(*, who: Runner, experiment_id: ExperimentId, session: SessionDep, now: NowDep,
                       response: Response, driver: DriverDep) -> ExperimentDocument:
     """The same as POST /experiments/{id}/cancel; the record and its evidence are kept."""
-    return _cancel(who, experiment_id, session, now, response, driver)
+    return _cancel(who, experiment_id, session, now=now, response=response, driver=driver)
 
 
 # -- charts and the profile ------------------------------------------------------------------------
