@@ -31,7 +31,8 @@ def experiment_doc(name: str = "ra-sweep", *, values: list[Any] | None = None,
         "target": {"device": {"kind": ["loop"]}},
         "workloads": [{"preset": "stream-32k", "runtime": "1s"}],
         "objective": {"metric": "read_bandwidth"},
-        "parameters": parameters or [{"tunable": "read_ahead_kb", "values": values or [0, 128, 1024, 4096]}],
+        "parameters": parameters if parameters is not None else [
+            {"tunable": "read_ahead_kb", "values": values or [0, 128, 1024, 4096]}],
         "repeats": {"min": 2, "max": 3},
         "budget": {"trials": 30},
     }
