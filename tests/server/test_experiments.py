@@ -136,3 +136,144 @@ def test_every_bad_input_is_a_422_naming_the_field_and_nothing_runs(
         assert client.get(EXPERIMENTS).json()["items"] == []
         assert client.get(f"{API}/benchmarks/runs").json()["items"] == []
     assert not [c for c in agent.calls if c[0] in ("apply", "start_benchmark")]
+
+
+# -- the trial plan -----------------------------------------------------------------------------------
+def test_a_dry_run_shows_the_device_and_the_trial_plan_and_stores_nothing(
+        client: TestClient, agent: SurfaceAgent) -> None:
+    response = client.post(EXPERIMENTS, json=experiment_doc(), params={"dryRun": "All"})
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["kind"] == "TuningExperimentDryRun"
+    (host,) = body["hosts"]
+    assert (host["host"], host["device"], host["baseline"]) == ("h1", "loop0", {"read_ahead_kb": 128})
+    assert host["parameters"] == [{"key": "read_ahead_kb", "values": [0, 128, 1024, 4096]}]
+    first = host["trials"][:2]
+    assert [t["purpose"] for t in first] == ["baseline", "baseline"]
+    assert {t["point"]["read_ahead_kb"] for t in host["trials"]} == {0, 128, 1024, 4096}
+    assert host["estimatedTrials"] >= len({t["point"]["read_ahead_kb"] for t in host["trials"]}) * 2
+    assert client.get(EXPERIMENTS).json()["items"] == []
+    assert not [c for c in agent.calls if c[0] in ("apply", "start_benchmark")]
+
+
+# -- holding the host: cancel, restart, the reconciler ------------------------------------------------
+def running_trial(client: TestClient, agent: SurfaceAgent, exp_id: str) -> str | None:
+    """The run id of the trial running now, once its benchmark has started on the agent."""
+    for trial in experiment(client, exp_id)["status"]["trials"] or []:
+        if trial["state"] == "running" and trial["runId"] in agent.started and trial["runId"] not in agent.outcomes:
+            return str(trial["runId"])
+    return None
+
+
+def next_trial(client: TestClient, agent: SurfaceAgent, exp_id: str, eventually: Eventually) -> str:
+    run_id: str = eventually(lambda: running_trial(client, agent, exp_id), what="a trial's benchmark running")
+    return run_id
+
+
+def test_cancel_stops_the_running_trial_and_puts_the_device_back(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
+                                    hold=True))
+    app = make_app(agents=agents, controller=RecordingController(), **FAST)
+    with admin_client(app) as client:
+        register(client)
+        exp_id = submit(client, experiment_doc())
+        for _ in range(3):  # past the baseline: a trial with other values than the device's own
+            agent.finish(next_trial(client, agent, exp_id, eventually))
+        run_id = next_trial(client, agent, exp_id, eventually)
+        assert agent.read_ahead() != 128
+        response = client.post(f"{EXPERIMENTS}/{exp_id}/cancel")
+        assert response.status_code == 202, response.text
+        doc = eventually(lambda: ended(client, exp_id), what="the cancelled experiment's end")
+        assert doc["status"]["state"] == "cancelled", doc["status"]
+        assert doc["status"]["hosts"][0]["state"] == "cancelled"
+        assert ("cancel_benchmark", run_id) in agent.calls
+        assert all(agent._latest(r).finished for r in agent.started)  # no benchmark left running
+        assert agent.read_ahead() == 128  # the original
+        last_apply = [c for c in agent.calls if c[0] == "apply"][-1]
+        assert not [p for p in last_apply[1][0] if p.metadata.name.startswith("tune-")]
+        trial = next(t for t in doc["status"]["trials"] if t["runId"] == run_id)
+        assert trial["state"] == "failed" and "cancelled" in trial["message"]
+        # Cancelling again, or a queued experiment: nothing more to do, said so.
+        assert client.post(f"{EXPERIMENTS}/{exp_id}/cancel").status_code == 200
+        queued = submit(client, experiment_doc(name="later"))
+        response = client.delete(f"{EXPERIMENTS}/{queued}")
+        assert response.status_code in (200, 202)
+
+
+def test_a_restarted_server_resumes_at_the_next_trial_with_nothing_lost_or_run_twice(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
+                                    hold=True))
+    first = make_app(agents=agents, controller=RecordingController(), **FAST)
+    with admin_client(first) as client:
+        register(client)
+        exp_id = submit(client, experiment_doc())
+        for _ in range(3):
+            agent.finish(next_trial(client, agent, exp_id, eventually))
+        in_flight = next_trial(client, agent, exp_id, eventually)
+    # The server is gone while trial 4 runs; its agent finishes it meanwhile.
+    agent.finish(in_flight)
+    agent.auto = True
+    second = make_app(agents=agents, controller=RecordingController(), **FAST)
+    with admin_client(second) as client:
+        doc = eventually(lambda: ended(client, exp_id), timeout=60, what="the resumed experiment's end")
+    status = doc["status"]
+    assert status["state"] == "done", status
+    trials = status["trials"]
+    assert [t["index"] for t in trials] == list(range(len(trials)))
+    assert all(t["state"] == "done" for t in trials)
+    starts = [c[1][0] for c in agent.calls if c[0] == "start_benchmark"]
+    assert sorted(set(starts)) == sorted(t["runId"] for t in trials)
+    assert len(agent.settings_seen) == len(trials)  # every run started once on the agent
+    assert next(t for t in trials if t["runId"] == in_flight)["measurement"]["ok"] is True
+    assert status["outcome"]["recommendation"]["values"]["read_ahead_kb"] >= 128
+    assert agent.read_ahead() == 128
+
+
+def condition(client: TestClient, host: str, kind: str) -> dict[str, Any]:
+    conditions = client.get(f"{API}/hosts/{host}").json()["status"]["conditions"]
+    return dict(next(c for c in conditions if c["type"] == kind))
+
+
+def test_the_reconciler_holds_off_an_experiment_s_settings_and_enforces_them_again_afterwards(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    """A profile enforces read_ahead_kb=4096; an experiment varies it: no drift event, no correction,
+    Applied=False ExperimentRunning naming the experiment; afterwards drift is corrected again."""
+    from tests.server.builders import profile_doc
+
+    agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
+                                    hold=True))
+    app = make_app(agents=agents, reconcile_interval_s=0.2, **FAST)
+    with admin_client(app) as client:
+        register(client)
+        assert client.post(f"{API}/profiles", json=profile_doc()).status_code == 201
+        eventually(lambda: agent.read_ahead() == 4096 and condition(client, "h1", "Ready")["status"] == "True",
+                   what="the profile enforced")
+        exp_id = submit(client, experiment_doc(values=[128, 1024, 4096]))
+        for _ in range(2):  # the baseline is 4096: run past it to a trial with another value
+            agent.finish(next_trial(client, agent, exp_id, eventually))
+        run_id = next_trial(client, agent, exp_id, eventually)
+        testing = agent.read_ahead()
+        assert testing != 4096
+        held = eventually(lambda: (c := condition(client, "h1", "Applied"))["reason"] == "ExperimentRunning"
+                          and c, what="Applied=False ExperimentRunning")
+        assert held["status"] == "False" and exp_id in held["message"]
+        looks = len([c for c in agent.calls if c[0] == "get_observed"])
+        eventually(lambda: len([c for c in agent.calls if c[0] == "get_observed"]) >= looks + 2,
+                   what="two reconciles while the trial runs")
+        agent.finish(run_id)
+        assert agent.settings_seen[-1]["loop0"]["read_ahead_kb"] == testing  # not corrected under the trial
+        agent.auto = True
+        eventually(lambda: ended(client, exp_id), what="the experiment's end")
+        events = client.get(f"{API}/events", params={"host": "h1", "limit": 200}).json()["items"]
+        assert not [e for e in events if e["reason"] in ("Drift", "Corrected")], events
+        reconciler_applies = [c for c in agent.calls if c[0] == "apply" and not c[1][2].startswith(exp_id)]
+        assert len(reconciler_applies) == 1  # the profile's own apply; none during the experiment
+        assert agent.read_ahead() == 4096
+        eventually(lambda: condition(client, "h1", "Applied")["status"] == "True", what="Applied again")
+        # Enforcement has resumed: drift by hand is reported and corrected.
+        agent._set("loop0", "read_ahead_kb", 256)
+        eventually(lambda: agent.read_ahead() == 4096, what="the drift corrected")
+        events = client.get(f"{API}/events", params={"host": "h1", "limit": 200}).json()["items"]
+        assert [e for e in events if e["reason"] == "Drift" and "observed 256" in e["message"]]
