@@ -120,8 +120,8 @@ BAD_INPUTS: list[tuple[str, dict[str, Any], str]] = [
 
 @pytest.mark.parametrize(("what", "doc", "field"), BAD_INPUTS, ids=[b[0] for b in BAD_INPUTS])
 def test_every_bad_input_is_a_422_naming_the_field_and_nothing_runs(
-        make_app: AppFactory, agents: FakeAgentClients, agent: SurfaceAgent, what: str, doc: dict[str, Any],
-        field: str) -> None:
+        make_app: AppFactory, agents: FakeAgentClients, agent: SurfaceAgent, what: str, *,
+        doc: dict[str, Any], field: str) -> None:
     app = make_app(agents=agents, controller=RecordingController(), experiment_max_grid=8, **FAST)
     doc = copy.deepcopy(doc)
     with admin_client(app) as client:
@@ -160,8 +160,9 @@ def test_a_dry_run_shows_the_device_and_the_trial_plan_and_stores_nothing(
 def running_trial(client: TestClient, agent: SurfaceAgent, exp_id: str) -> str | None:
     """The run id of the trial running now, once its benchmark has started on the agent."""
     for trial in experiment(client, exp_id)["status"]["trials"] or []:
-        if trial["state"] == "running" and trial["runId"] in agent.started and trial["runId"] not in agent.outcomes:
-            return str(trial["runId"])
+        run_id = trial["runId"]
+        if trial["state"] == "running" and run_id in agent.started and run_id not in agent.outcomes:
+            return str(run_id)
     return None
 
 
@@ -248,8 +249,8 @@ def test_the_reconciler_holds_off_an_experiment_s_settings_and_enforces_them_aga
     with admin_client(app) as client:
         register(client)
         assert client.post(f"{API}/profiles", json=profile_doc()).status_code == 201
-        eventually(lambda: agent.read_ahead() == 4096 and condition(client, "h1", "Ready")["status"] == "True",
-                   what="the profile enforced")
+        eventually(lambda: agent.read_ahead() == 4096
+                   and condition(client, "h1", "Ready")["status"] == "True", what="the profile enforced")
         exp_id = submit(client, experiment_doc(values=[128, 1024, 4096]))
         for _ in range(2):  # the baseline is 4096: run past it to a trial with another value
             agent.finish(next_trial(client, agent, exp_id, eventually))
@@ -277,3 +278,67 @@ def test_the_reconciler_holds_off_an_experiment_s_settings_and_enforces_them_aga
         eventually(lambda: agent.read_ahead() == 4096, what="the drift corrected")
         events = client.get(f"{API}/events", params={"host": "h1", "limit": 200}).json()["items"]
         assert [e for e in events if e["reason"] == "Drift" and "observed 256" in e["message"]]
+
+
+# -- who may, charts and the profile ----------------------------------------------------------------------
+def test_viewers_read_operators_run_and_support_tokens_see_only_their_hosts(
+        server: FastAPI, client: TestClient, token_for: Any, eventually: Eventually) -> None:
+    from tests.server.support import bearer
+
+    register(client, "h2", labels={"role": "archive"})
+    exp_id = submit(client, experiment_doc(budget={"trials": 6}))
+    viewer, operator = bearer(token_for("viewer")), bearer(token_for("operator"))
+    support = bearer(token_for("support", hosts="role=archive", expires_in="1h"))
+    assert client.post(EXPERIMENTS, json=experiment_doc(), headers=viewer).status_code == 403
+    assert client.post(f"{EXPERIMENTS}/{exp_id}/cancel", headers=viewer).status_code == 403
+    assert client.delete(f"{EXPERIMENTS}/{exp_id}", headers=viewer).status_code == 403
+    assert client.get(f"{EXPERIMENTS}/{exp_id}", headers=viewer).status_code == 200
+    # A support token: the experiment's host is outside its selector, so it does not exist for it.
+    assert client.get(f"{EXPERIMENTS}/{exp_id}", headers=support).status_code == 404
+    assert client.get(EXPERIMENTS, headers=support).json()["items"] == []
+    assert client.get(f"{EXPERIMENTS}/{exp_id}/profile", headers=support).status_code == 404
+    assert client.post(EXPERIMENTS, json=experiment_doc(), headers=support).status_code == 403
+    eventually(lambda: ended(client, exp_id), what="the first experiment's end")
+    created = client.post(EXPERIMENTS, json=experiment_doc(name="by-operator", budget={"trials": 6}),
+                          headers=operator)
+    assert created.status_code == 201, created.text
+    assert created.json()["status"]["createdBy"].startswith("operator")
+    assert client.post(f"{EXPERIMENTS}/{created.json()['metadata']['uid']}/cancel",
+                       headers=operator).status_code in (200, 202)
+
+
+def test_charts_in_png_and_svg_and_the_recommended_profile(
+        client: TestClient, eventually: Eventually) -> None:
+    import yaml
+
+    doc = experiment_doc(parameters=[{"tunable": "read_ahead_kb", "values": [0, 128, 1024]},
+                                     {"tunable": "scheduler", "values": ["none", "mq-deadline"]}],
+                         strategy="grid", repeats={"min": 2, "max": 2}, budget={"trials": 20})
+    exp_id = submit(client, doc)
+    eventually(lambda: ended(client, exp_id), timeout=60, what="the grid's end")
+    for kind in ("values", "progress", "heatmap"):
+        png = client.get(f"{EXPERIMENTS}/{exp_id}/charts/{kind}.png")
+        assert png.status_code == 200 and png.content.startswith(b"\x89PNG"), (kind, png.text[:200])
+        svg = client.get(f"{EXPERIMENTS}/{exp_id}/charts/{kind}.svg")
+        assert svg.status_code == 200 and svg.headers["content-type"] == "image/svg+xml"
+        assert "read_bandwidth" in svg.text, kind
+    assert "mq-deadline" in client.get(f"{EXPERIMENTS}/{exp_id}/charts/heatmap.svg").text
+    # No fairness constraint: that chart has nothing to show, and says so.
+    missing = client.get(f"{EXPERIMENTS}/{exp_id}/charts/fairness.png")
+    assert missing.status_code == 409 and "fairness" in missing.json()["message"]
+    assert client.get(f"{EXPERIMENTS}/{exp_id}/charts/pie.png").status_code == 404
+    assert client.get(f"{EXPERIMENTS}/{exp_id}/charts/values.gif").status_code == 404
+
+    text = client.get(f"{EXPERIMENTS}/{exp_id}/profile")
+    assert text.status_code == 200 and text.headers["content-type"].startswith("application/yaml")
+    profile = yaml.safe_load(text.text)
+    assert profile["kind"] == "StorageProfile"
+    settings = profile["spec"]["rules"][0]["settings"]
+    assert settings["read_ahead_kb"] == 1024
+    assert profile["metadata"]["annotations"]["stortune.io/experiment"] == "ra-sweep"
+    assert profile["spec"]["hostSelector"] == {"matchLabels": {"role": "streamer"}}
+    assert "name" not in profile["spec"]["rules"][0]["match"]  # a class of devices, not loop0
+    as_json = client.get(f"{EXPERIMENTS}/{exp_id}/profile", params={"format": "json"}).json()
+    assert as_json == profile
+    # The profile is a valid StorageProfile for the API.
+    assert client.post(f"{API}/profiles", json=profile, params={"dryRun": "All"}).status_code == 200

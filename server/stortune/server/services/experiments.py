@@ -207,6 +207,8 @@ def cancel(session: Session, experiment_id: str, now: datetime) -> Experiment:
     """A queued experiment ends at once; a running one is marked, and its driver stops the trial
     running (the agent kills fio) and puts each host back before it ends as cancelled."""
     session.commit()  # this transaction starts with its UPDATE
+    # The counter first, as claim and release take it: writers of both tables queue in one order.
+    next_resource_version(session)
     stopped = session.execute(
         update(Experiment).where(Experiment.id == experiment_id, Experiment.state == "queued")
         .values(state="cancelled", reason="cancelled before it started", finished_at=now, updated_at=now,

@@ -127,3 +127,19 @@ def profile_of(exp: TuningExperiment, outcome: Mapping[str, Any] | None, host_ro
     device = Device.model_validate(taken.originals["device"])
     beneath = [Device.model_validate(d) for d in taken.originals.get("beneath") or []]
     return recommended_profile(exp, core, device, beneath=beneath)
+
+
+def _tidy(value: Any) -> Any:
+    """Empty lists and mappings left out: what a person would write in a GitOps repository."""
+    if isinstance(value, dict):
+        kept = {k: _tidy(v) for k, v in value.items()}
+        return {k: v for k, v in kept.items() if v not in ({}, [])}
+    if isinstance(value, list):
+        return [_tidy(v) for v in value]
+    return value
+
+
+def profile_document(profile: StorageProfile) -> dict[str, Any]:
+    """The profile as a file to commit: canonical, without empty fields (it parses back the same)."""
+    document: dict[str, Any] = _tidy(profile.document())
+    return document

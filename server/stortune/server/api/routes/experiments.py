@@ -236,7 +236,7 @@ def recommended(
                                      experiments.host_rows(session, row.id))
     except ValueError as exc:
         raise Conflict(str(exc), kind=experiments.KIND, name=experiment_id) from None
-    body = profile.model_dump(mode="json", by_alias=True, exclude_none=True)
+    body = results.profile_document(profile)
     if format == "json":
         import json
 
