@@ -732,6 +732,41 @@ class Client:
         with _naming("BenchmarkSchedule", name):
             return self._json("DELETE", _path("benchmarks", "schedules", name))
 
+    # Tuning experiments
+
+    def start_experiment(self, document: JSON) -> JSON:
+        """Queue a TuningExperiment on the hosts its selector matches; the experiment document."""
+        return self._json("POST", "/experiments", body=document)
+
+    def preview_experiment(self, document: JSON) -> JSON:
+        """The hosts, each one's device and trial plan; nothing runs."""
+        return self._json("POST", "/experiments", params=_DRY_RUN, body=document)
+
+    def list_experiments(self, *, name: str | None = None, state: str | None = None,
+                         limit: int | None = None) -> JSON:
+        params: dict[str, str | int] = {k: v for k, v in (("name", name), ("state", state), ("limit", limit))
+                                        if v is not None}
+        return self._json("GET", "/experiments", params=params)
+
+    def get_experiment(self, experiment_id: str) -> JSON:
+        with _naming("TuningExperiment", experiment_id):
+            return self._json("GET", _path("experiments", experiment_id))
+
+    def cancel_experiment(self, experiment_id: str) -> JSON:
+        with _naming("TuningExperiment", experiment_id):
+            return self._json("POST", _path("experiments", experiment_id, "cancel"))
+
+    def experiment_chart(self, experiment_id: str, *, kind: str, fmt: str) -> bytes:
+        with _naming("TuningExperiment", experiment_id):
+            path = _path("experiments", experiment_id, "charts", f"{kind}.{fmt}")
+            return self._request("GET", path).content
+
+    def experiment_profile(self, experiment_id: str) -> str:
+        """The recommended StorageProfile, as YAML."""
+        with _naming("TuningExperiment", experiment_id):
+            return self._request("GET", _path("experiments", experiment_id, "profile"),
+                                 params={"format": "yaml"}).text
+
 
 _DRY_RUN: Final = {"dryRun": "All"}
 

@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from stortune.cli import audit, bench, manifests, render, sync
+from stortune.cli import audit, bench, manifests, render, sync, tune
 from stortune.cli.client import (
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT,
@@ -75,7 +75,9 @@ directory adds its *.yaml and *.yml files recursively, sorted, hidden ones
 skipped; - reads stdin). Every document is validated first; if any is invalid,
 nothing is sent. Applied objects carry the annotation
 stortune.dev/managed-by=stortune-apply: --prune deletes only profiles with it
-that the files no longer hold, never profiles created by other means.
+that the files no longer hold, never profiles created by other means. BenchmarkSpec,
+BenchmarkSchedule and TuningExperiment documents in the files are passed over (stortune bench
+run -f, stortune tune run -f take them).
 """
 
 
@@ -236,6 +238,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("id", help="the token's id (stortune token list)")
 
     bench.add_parser(sub, connection_options=_connection_options, parser_class=Parser)
+    tune.add_parser(sub, connection_options=_connection_options, parser_class=Parser)
     audit.add_parser(sub, connection_options=_connection_options, limit=_positive_int)
     return parser
 
@@ -475,6 +478,7 @@ def _diag(args: argparse.Namespace, client: Client, out: Output) -> int:
 COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Client, Output], int]]] = {
     "apply": _apply, "diff": _diff, "get": _get, "describe": _describe, "label": _label,
     "token": _token, "diag": _diag, "bench": bench.command, "audit": audit.command,
+    "tune": tune.command,
 }
 
 
