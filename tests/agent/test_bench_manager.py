@@ -217,6 +217,9 @@ def test_a_run_interrupted_by_an_agent_crash_is_concluded_as_failed(fs: KernelFS
     result = restarted.result("crashed")
     assert result is not None and result.state == "failed" and result.name == "loop-check"
     assert "the agent stopped during the run" in result.message
+    # Its progress says so too: a watcher (the control plane) sees the end instead of waiting.
+    progress = restarted.progress("crashed")
+    assert progress.state == "failed" and progress.finished and progress.percent == 40.0
 
 
 def test_the_hot_plug_re_apply_waits_for_the_benchmark(fs: KernelFS, tmp_path: Path) -> None:

@@ -219,6 +219,11 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, Any], ...] = (
     # Notices a silently dead agent during a long WatchBenchmark stream.
     ("grpc.keepalive_time_ms", 60_000),
     ("grpc.keepalive_timeout_ms", 20_000),
+    # After a connection failure a channel fails calls at once with the last error until its
+    # reconnect backoff ends (by default growing to 120 s): an agent restarted after a few
+    # seconds would look "connection refused" for minutes. Agents restart; look again within seconds.
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 5_000),
 )
 
 
@@ -242,11 +247,14 @@ class GrpcAgentClient:
             stub = self._clients.stub(self.address, self.host)
             response = await getattr(stub, method)(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(self.address, method, exc) from None
+            raise self._failed(method, exc) from None
         try:
             return decode(response)
         except wire.WireError as exc:
             raise AgentError(self.address, f"{method}: invalid response: {exc}") from None
+
+    def _failed(self, method: str, exc: grpc.aio.AioRpcError) -> AgentError:
+        return error_from_rpc(self.address, method, exc)
 
     async def get_topology(self) -> tuple[HostInfo, Topology, str]:
         return await self._call("GetTopology", wire.topology_request(), self._timeouts.read,
@@ -276,7 +284,7 @@ class GrpcAgentClient:
             async for message in call:
                 yield wire.progress_from(message)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(self.address, "WatchBenchmark", exc) from None
+            raise self._failed("WatchBenchmark", exc) from None
         finally:
             call.cancel()  # the consumer stopped early: tell the agent
 
@@ -311,7 +319,7 @@ class GrpcAgentClient:
                                                    f"{MAX_DIAGNOSTICS_BYTES >> 20} MiB; refused")
                 parts.append(chunk)
         except grpc.aio.AioRpcError as exc:
-            raise error_from_rpc(self.address, "CollectDiagnostics", exc) from None
+            raise self._failed("CollectDiagnostics", exc) from None
         finally:
             call.cancel()
         return b"".join(parts)

@@ -403,8 +403,15 @@ class BenchmarkManager:
                 run_id=run_id, name=str(spec.get("metadata", {}).get("name", "")), state="failed",
                 message="the agent stopped during the run; step outputs so far are kept in steps/",
                 spec=spec, created_at=where.stat().st_mtime, finished_at=time.time())
+            # The status too: it is what WatchBenchmark and GetBenchmarkResult report, and left at
+            # "running" it would keep a watcher (the control plane) waiting for an end that came.
+            before = stored[0] if stored is not None else None
+            status = RunProgress(run_id=run_id, state="failed", message=result.message,
+                                 percent=before.percent if before is not None else 0.0,
+                                 step_count=before.step_count if before is not None else 0)
             with contextlib.suppress(OSError):
                 self.store.write_result(result)
+                self.store.write_status(status)
                 log.warning("benchmark %s was interrupted by an agent restart: marked failed", run_id)
 
     def _kill_stale_fio(self, pid: int, where: Path) -> None:

@@ -326,6 +326,7 @@ class BenchmarkDispatcher:
                     return
                 await asyncio.to_thread(store.note, self._sessions, run.id, message=why,
                                         unreachable_since=unreachable_since, now=now)
+                log.info("benchmark %s on %s: %s; following it again shortly", run.id, run.host, why)
                 await asyncio.sleep(self._delay(failures))
                 failures += 1
                 continue
