@@ -306,10 +306,11 @@ class TuningSpec(_Doc):
                     f"@parameters[{i}].tunable {p.tunable} applies to"
                     f" {sorted(k.value for k in kinds)}, none of target.device.kind"
                     f" {[k.value for k in self.target.device.kind]}")
-        least = 3 * self.repeats.min
+        least = 2 * self.baseline_runs + self.repeats.min + self.confirm_runs
         if self.budget.trials < least:
             raise ValueError(f"@budget.trials {self.budget.trials} leaves no room for a search: the baseline"
-                             f" at both ends and one point take {least} ({self.repeats.min} runs each)")
+                             f" at both ends ({self.baseline_runs} runs each), one point"
+                             f" ({self.repeats.min}) and its confirmation ({self.confirm_runs}) take {least}")
         limit = (info.context or {}).get("max_grid", MAX_GRID)
         size = grid_size(self.parameters)
         if size > limit:
@@ -342,6 +343,16 @@ class TuningSpec(_Doc):
                      for w in self.workloads]
         return BenchmarkSpecBody(target=Target(device=self.target.device), workloads=workloads, repeats=1,
                                  allowDestructive=writes)
+
+    @property
+    def baseline_runs(self) -> int:
+        """Runs of the baseline at each end: at least 3, or the drift check has no power."""
+        return max(3, self.repeats.min)
+
+    @property
+    def confirm_runs(self) -> int:
+        """Fresh runs of the winner that judge its gain (the search's runs chose it: biased)."""
+        return max(3, self.repeats.min)
 
     @property
     def fairness(self) -> list[Fairness]:
