@@ -241,14 +241,17 @@ class Engine:
                         best_so_far=self.best_so_far())
 
     def best_so_far(self) -> list[float | None]:
+        """The best feasible mean of the search as it stood after each trial."""
         out: list[float | None] = []
-        best: float | None = None
-        for i in range(len(self.measurements)):
-            # Means as they stood after trial i (points that were complete or not).
-            summaries = evidence.by_point(self.spec, self.measurements[: i + 1], self.members)
-            order = evidence.ranked(self.spec, summaries)
-            best = order[0].mean if order else None
-            out.append(best)
+        runs: dict[tuple[tuple[str, int | str], ...], list[Measurement]] = {}
+        current: dict[tuple[tuple[str, int | str], ...], TrialSummary] = {}
+        for m in self.measurements:
+            if m.purpose not in evidence.APART:
+                key = point_key(m.point)
+                runs.setdefault(key, []).append(m)
+                current[key] = evidence.summarize_point(self.spec, runs[key], self.members)
+            order = evidence.ranked(self.spec, list(current.values()))
+            out.append(order[0].mean if order else None)
         return out
 
     def outcome(self) -> Outcome:
