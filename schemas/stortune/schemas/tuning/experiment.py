@@ -34,13 +34,21 @@ from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
 from stortune.schemas import catalog, sizes
 from stortune.schemas.bench import metrics
-from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, Target, WorkloadItem
+from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, Target, Threshold, WorkloadItem
 from stortune.schemas.bench.steps import TargetFacts
 from stortune.schemas.catalog import TunableValueError, Value
-from stortune.schemas.documents import DocumentError, Problem, load_yaml_documents, validation_problems
+from stortune.schemas.documents import (
+    DocumentError,
+    Problem,
+    check_header,
+    labelled,
+    load_yaml_documents,
+    validation_problems,
+    without_tags,
+)
 from stortune.schemas.patterns import glob_matches
 from stortune.schemas.planner import device_facts
-from stortune.schemas.profile import API_VERSION, Glob, LabelSelector, Match, Metadata
+from stortune.schemas.profile import Glob, LabelSelector, Match, Metadata
 from stortune.schemas.topology import Device
 
 KIND = "TuningExperiment"
@@ -181,37 +189,8 @@ class Objective(_Doc):
         return self.goal == "maximize"
 
 
-class MetricBound(_Doc):
-    """Another metric's bound, on the mean of a point's repeats."""
-
-    metric: str = Field(json_schema_extra={"enum": list(metrics.METRICS)})
-    step: Glob = "*"
-    min: float | None = None
-    max: float | None = None
-
-    @field_validator("metric")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        return _metric(v)
-
-    @field_validator("min", "max", mode="before")
-    @classmethod
-    def _value(cls, v: object, info: ValidationInfo) -> float | None:
-        if v is None:
-            return None
-        name = info.data.get("metric")
-        if name is None:
-            raise ValueError("cannot read the bound without a valid metric")
-        # Twelve digits: the unit conversion's last bit would not survive document() and back.
-        return float(f"{metrics.get(name).parse(v):.12g}")
-
-    @model_validator(mode="after")
-    def _bounded(self) -> MetricBound:
-        if self.min is None and self.max is None:
-            raise ValueError("give min, max or both")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError("min is larger than max")
-        return self
+class MetricBound(Threshold):
+    """Another metric's bound, on the mean of a point's runs over the steps named by ``step``."""
 
 
 def _percent(value: object) -> float:
@@ -399,10 +378,8 @@ _TAGS = ("preset", "workload", "metric", "fairness", "memory")
 def _problems(exc: ValidationError, where: str) -> list[Problem]:
     """Field paths without pydantic's union tags, with a validator's ``@sub.path`` moved into the path."""
     out = []
-    for problem in validation_problems(exc, where):
+    for problem in without_tags(validation_problems(exc, where), "workloads|constraints", _TAGS):
         path, message = problem.path, problem.message
-        for tag in _TAGS:
-            path = re.sub(rf"((?:workloads|constraints)\[\d+\])\.{tag}(?=\.|$)", r"\1", path, count=1)
         m = _SUBPATH.match(message)
         if m:
             sub = m.group(1)
@@ -414,20 +391,11 @@ def _problems(exc: ValidationError, where: str) -> list[Problem]:
 
 def parse_experiment(data: Any, where: str = "document", *, max_grid: int = MAX_GRID) -> TuningExperiment:
     """A TuningExperiment from decoded YAML/JSON; ``DocumentError`` naming each field at fault."""
-    if not isinstance(data, dict):
-        raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
-    kind, api = data.get("kind"), data.get("apiVersion")
-    if kind != KIND:
-        raise DocumentError([Problem(where, "kind", f"{kind!r:.80} is not a {KIND} document")])
-    if api != API_VERSION:
-        raise DocumentError([Problem(where, "apiVersion", f"{api!r:.80}; expected {API_VERSION!r}")])
+    data = check_header(data, where, KIND)
     try:
         return TuningExperiment.model_validate(data, context={"max_grid": max_grid})
     except ValidationError as exc:
-        meta = data.get("metadata")
-        name = meta.get("name") if isinstance(meta, dict) else None
-        label = f"{where} ({KIND}/{name})" if isinstance(name, str) and len(name) <= 253 else where
-        raise DocumentError(_problems(exc, label)) from None
+        raise DocumentError(_problems(exc, labelled(data, where, KIND))) from None
 
 
 def load_experiments(text: str, source: str = "<input>", *, max_grid: int = MAX_GRID
