@@ -57,7 +57,8 @@ def problems(data: Any, **kw: Any) -> list[tuple[str, str]]:
     ({"objective": {"metric": "read_bandwidth", "goal": "most"}}, "spec.objective.goal", "maximize"),
     ({"budget": {"trials": 3}}, "spec.budget.trials", "no room for a search"),
     ({"repeats": {"min": 4, "max": 2}}, "spec.repeats", "below min"),
-    ({"constraints": [{"memory": "1G"}]}, "spec.constraints[0].memory", "which no parameter varies"),
+    ({"constraints": [{"memory": "0"}]}, "spec.constraints[0].memory", "greater than 0"),
+    ({"constraints": [{"memory": "lots"}]}, "spec.constraints[0].memory", ""),
     ({"constraints": [{"fairness": "read_bandwidth", "maxCV": "0%"}]}, "spec.constraints[0].maxCV",
      "above 0%"),
     ({"constraints": [{"fairness": "read_iops", "maxCV": 10}]}, "spec.constraints[0].fairness", ""),
@@ -127,6 +128,37 @@ def test_a_valid_experiment_reads_and_round_trips() -> None:
     assert parse_experiment(exp.document()) == exp
     [again] = load_experiments(__import__("json").dumps(exp.document()))
     assert again == exp
+
+
+def test_the_designs_example_reads() -> None:
+    [exp] = load_experiments(DESIGN_EXAMPLE, "design.yaml")
+    assert exp.spec.keys == ["read_ahead_kb", "nr_requests", "scheduler@beneath"]
+    assert [type(c).__name__ for c in exp.spec.constraints] == ["MetricBound", "Fairness", "MemoryBound"]
+
+
+DESIGN_EXAMPLE = """
+apiVersion: stortune/v1
+kind: TuningExperiment
+metadata: {name: streamer-readahead}
+spec:
+  hostSelector: {matchLabels: {role: streamer}}
+  maxHosts: 1
+  target: {device: {kind: [disk], driver: megaraid_sas}}
+  workloads: [{preset: stream-32k, runtime: 20s}]
+  objective: {metric: read_bandwidth, goal: maximize, step: "*"}
+  constraints:
+    - {metric: read_lat_p99, max: 50ms}
+    - {fairness: read_bandwidth, maxCV: 10%}
+    - {memory: 512MiB}
+  parameters:
+    - {tunable: read_ahead_kb, values: [0, 128, 1024, 4096, 16384]}
+    - {tunable: nr_requests, range: {min: 32, max: 1024, scale: log, steps: 6}}
+    - {tunable: scheduler, at: beneath, values: [none, mq-deadline]}
+  strategy: one-at-a-time
+  repeats: {min: 2, max: 5}
+  budget: {trials: 30, duration: 30m}
+  applyResult: false
+"""
 
 
 def test_log_ranges_deduplicate_and_keep_multiples() -> None:

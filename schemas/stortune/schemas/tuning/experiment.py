@@ -310,11 +310,6 @@ class TuningSpec(_Doc):
         for path, glob in globs:
             if not any(glob_matches(glob, n) for n in names):
                 raise ValueError(f"@{path} {glob!r} matches no step; steps are {', '.join(names)}")
-        for i, c in enumerate(self.constraints):
-            if isinstance(c, MemoryBound) and not any(p.tunable == "stripe_cache_size"
-                                                      for p in self.parameters):
-                raise ValueError(f"@constraints[{i}].memory bounds stripe_cache_size's RAM, which no"
-                                 " parameter varies")
         return self
 
     def bench_body(self, *, per_job: bool = False, writes: bool = False) -> BenchmarkSpecBody:
