@@ -20,6 +20,7 @@ The trial budget always keeps room for steps 4 and 5.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,6 +44,45 @@ class Progress(_Model):
     margin_pct: float | None = Field(default=None, description="Leader against the runner-up, in %")
     best_so_far: list[float | None] = Field(
         default_factory=list, description="The best feasible mean after each trial")
+
+
+class TrialPlan(_Model):
+    """What an experiment will do, before it runs (``?dryRun=All``)."""
+
+    strategy: str
+    parameters: dict[str, list[int | str]] = Field(description="Each parameter's values to try")
+    excluded: dict[str, list[int | str]] = Field(
+        default_factory=dict, description="Values a memory bound rules out before any run")
+    grid_size: int
+    trials_estimate: int = Field(description="Benchmark runs, both baselines and the confirmation included")
+    trials_budget: int
+    duration_budget_s: float | None = None
+    baseline_runs: int
+    confirm_runs: int
+    repeats: dict[str, int]
+    first: list[Point] = Field(description="The first points the search will measure (at most 20)")
+
+
+def trial_plan(spec: TuningSpec, baseline: Point, members: int = 1) -> TrialPlan:
+    """The plan of a run from ``baseline``: the space, the order it starts in, what it costs."""
+    engine = Engine(spec, baseline, members=members)
+    dims = dimensions(spec, members)
+    excluded = {p.key: [v for v in p.choices() if v not in d.choices]
+                for p, d in zip(spec.parameters, dims, strict=True)}
+    first: list[Point] = []
+    if isinstance(engine.strategy, Grid):
+        first = engine.strategy.points()[:20]
+    elif isinstance(engine.strategy, OneAtATime):
+        sweep = dims[0]
+        first = [{**engine.baseline, sweep.key: v} for v in sweep.choices
+                 if v != engine.baseline[sweep.key]][:20]
+    return TrialPlan(
+        strategy=spec.strategy, parameters={d.key: list(d.choices) for d in dims},
+        excluded={k: v for k, v in excluded.items() if v}, grid_size=math.prod(len(d.choices) for d in dims),
+        trials_estimate=engine.total_estimate(), trials_budget=spec.budget.trials,
+        duration_budget_s=spec.budget.duration, baseline_runs=spec.baseline_runs,
+        confirm_runs=spec.confirm_runs, repeats={"min": spec.repeats.min, "max": spec.repeats.max},
+        first=first)
 
 
 def dimensions(spec: TuningSpec, members: int = 1) -> list[Dimension]:
