@@ -139,3 +139,16 @@ def test_the_plan_says_what_a_run_will_do_before_it_runs() -> None:
     capped = trial_plan(md, {"stripe_cache_size": 256}, members=4)
     assert capped.parameters == {"stripe_cache_size": [256, 4096]}
     assert capped.excluded == {"stripe_cache_size": [8192]}
+
+
+def test_a_run_rebuilt_after_it_ended_keeps_its_reason() -> None:
+    for trials, elapsed, reason in ((60, 0.0, "done"), (13, 0.0, "budget-trials"),
+                                    (60, 5000.0, "budget-duration")):
+        spec = experiment(budget={"trials": trials, "duration": "30m"}).spec
+        eng = Engine(spec, BASELINE)
+        surface = Surface(streaming, seed=6)
+        while (req := eng.next(elapsed_s=elapsed if len(eng.measurements) > 4 else 0.0)) is not None:
+            eng.record(surface.run(req))
+        assert eng.finished_reason == reason
+        again = Engine(spec, BASELINE, history=eng.measurements)
+        assert again.next() is None and again.finished_reason == reason

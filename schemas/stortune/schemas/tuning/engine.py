@@ -194,7 +194,17 @@ class Engine:
         if not self._complete(end, spec.baseline_runs):
             return self._request(self.baseline, "baseline-end",
                                  f"the current settings again, to check nothing drifted (run {len(end) + 1})")
-        return self._finish(self._cut or "done")
+        return self._finish(self._cut or self._why_closed())
+
+    def _why_closed(self) -> str:
+        """Why a run rebuilt from its history closed: the search was complete, or a budget cut it
+        (the elapsed time that cut it is not in the history; a search with room left was cut by it)."""
+        closing = next(i for i, m in enumerate(self.measurements) if m.purpose in ("confirm", "baseline-end"))
+        replay = Engine(self.spec, self.baseline, self.measurements[:closing], self.seed, self.members)
+        if replay._search() is None:
+            return "done"
+        room = closing < self.spec.budget.trials - self.spec.baseline_runs - self.spec.confirm_runs
+        return "budget-duration" if room and self.spec.budget.duration is not None else "budget-trials"
 
     def leader(self) -> TrialSummary | None:
         """The best feasible point by the search's runs (confirmation runs apart)."""
