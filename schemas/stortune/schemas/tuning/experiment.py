@@ -310,6 +310,11 @@ class TuningSpec(_Doc):
         for path, glob in globs:
             if not any(glob_matches(glob, n) for n in names):
                 raise ValueError(f"@{path} {glob!r} matches no step; steps are {', '.join(names)}")
+        for i, c in enumerate(self.constraints):
+            named = [s for s in steps if isinstance(c, Fairness) and glob_matches(c.step, s.name)]
+            if named and all(s.numjobs == 1 for s in named):
+                raise ValueError(f"@constraints[{i}].fairness needs concurrent jobs, and every step it names"
+                                 " runs one (numjobs)")
         return self
 
     def bench_body(self, *, per_job: bool = False, writes: bool = False) -> BenchmarkSpecBody:
