@@ -65,6 +65,9 @@ BENEATH = "@beneath"
 
 Strategy = Literal["one-at-a-time", "grid", "bayesian"]
 Goal = Literal["maximize", "minimize"]
+#: What each fio pattern measures.
+_DIRECTIONS = {"read": ("read",), "randread": ("read",), "write": ("write",), "randwrite": ("write",),
+               "rw": ("read", "write"), "randrw": ("read", "write")}
 #: A sub-path a validator puts before its message ("@values[3] ...") to name the item at fault.
 _SUBPATH = re.compile(r"^@((?:\.?[A-Za-z]+|\[\d+\])+) ")
 
@@ -304,12 +307,17 @@ class TuningSpec(_Doc):
         if writing:
             raise ValueError(f"@workloads {', '.join(writing[:4])} write to the device, destroying its"
                              " contents: an experiment runs read workloads only")
-        globs: list[tuple[str, str]] = [("objective.step", self.objective.step)]
-        globs += [(f"constraints[{i}].step", c.step) for i, c in enumerate(self.constraints)
-                  if isinstance(c, MetricBound | Fairness)]
-        for path, glob in globs:
-            if not any(glob_matches(glob, n) for n in names):
-                raise ValueError(f"@{path} {glob!r} matches no step; steps are {', '.join(names)}")
+        wanted: list[tuple[str, str, str]] = [("objective", self.objective.step, self.objective.metric)]
+        wanted += [(f"constraints[{i}]", c.step, c.metric if isinstance(c, MetricBound) else c.fairness)
+                   for i, c in enumerate(self.constraints) if isinstance(c, MetricBound | Fairness)]
+        for path, glob, metric in wanted:
+            named = [s for s in steps if glob_matches(glob, s.name)]
+            if not named:
+                raise ValueError(f"@{path}.step {glob!r} matches no step; steps are {', '.join(names)}")
+            direction = metric.split("_", 1)[0]
+            if direction in ("read", "write") and not any(direction in _DIRECTIONS[s.pattern] for s in named):
+                raise ValueError(f"@{path} no step it names {direction}s, so {metric} would never be"
+                                 " measured")
         for i, c in enumerate(self.constraints):
             named = [s for s in steps if isinstance(c, Fairness) and glob_matches(c.step, s.name)]
             if named and all(s.numjobs == 1 for s in named):
