@@ -243,6 +243,11 @@ Constraint = Annotated[
 class Repeats(_Doc):
     min: StrictInt = Field(default=2, ge=1, le=20, description="Runs of every point tried")
     max: StrictInt = Field(default=5, ge=1, le=50, description="Runs of the leading points at most")
+    baseline: StrictInt = Field(default=3, ge=1, le=20, description=(
+        "Runs of the current settings at the start and again at the end (with fewer than 3 the"
+        " drift check has little power)"))
+    confirm: StrictInt = Field(default=3, ge=1, le=20, description=(
+        "Fresh runs of the winner that judge its gain (the search's runs chose it: they are biased)"))
 
     @model_validator(mode="after")
     def _ordered(self) -> Repeats:
@@ -293,8 +298,9 @@ class TuningSpec(_Doc):
         least = 2 * self.baseline_runs + self.repeats.min + self.confirm_runs
         if self.budget.trials < least:
             raise ValueError(f"@budget.trials {self.budget.trials} leaves no room for a search: the baseline"
-                             f" at both ends ({self.baseline_runs} runs each), one point"
-                             f" ({self.repeats.min}) and its confirmation ({self.confirm_runs}) take {least}")
+                             f" at both ends ({self.baseline_runs} runs each, repeats.baseline), one point"
+                             f" ({self.repeats.min}, repeats.min) and its confirmation ({self.confirm_runs},"
+                             f" repeats.confirm) take {least}")
         limit = (info.context or {}).get("max_grid", MAX_GRID)
         size = grid_size(self.parameters)
         if size > limit:
@@ -335,13 +341,13 @@ class TuningSpec(_Doc):
 
     @property
     def baseline_runs(self) -> int:
-        """Runs of the baseline at each end: at least 3, or the drift check has no power."""
-        return max(3, self.repeats.min)
+        """Runs of the baseline at each end."""
+        return self.repeats.baseline
 
     @property
     def confirm_runs(self) -> int:
-        """Fresh runs of the winner that judge its gain (the search's runs chose it: biased)."""
-        return max(3, self.repeats.min)
+        """Fresh runs of the winner that judge its gain."""
+        return self.repeats.confirm
 
     @property
     def fairness(self) -> list[Fairness]:
