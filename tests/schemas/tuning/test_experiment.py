@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stortune.schemas.documents import DocumentError
 from stortune.schemas.tuning.experiment import (
@@ -179,3 +181,24 @@ def test_log_ranges_deduplicate_and_keep_multiples() -> None:
 
 def test_goal_defaults_to_the_metrics_direction() -> None:
     assert not experiment(objective={"metric": "read_lat_p99"}).spec.objective.maximize
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats()
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12)
+_FIELDS = st.sampled_from(["target", "workloads", "objective", "constraints", "parameters", "strategy",
+                           "repeats", "budget", "maxHosts", "hostSelector", "applyResult", "seed"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=_FIELDS, value=_JSON, inner=st.sampled_from(["parameters", "constraints", "objective"]))
+def test_any_garbage_is_a_document_error_naming_a_field(field: str, value: Any, inner: str) -> None:
+    data = doc(**{field: value})
+    if inner in data["spec"] and isinstance(data["spec"][inner], list) and data["spec"][inner]:
+        data["spec"][inner] = [value, *data["spec"][inner][1:]]
+    try:
+        parse_experiment(data)
+    except DocumentError as exc:
+        assert exc.problems and all(p.path.startswith("spec") for p in exc.problems), exc.problems
