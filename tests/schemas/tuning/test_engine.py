@@ -152,3 +152,15 @@ def test_a_run_rebuilt_after_it_ended_keeps_its_reason() -> None:
         assert eng.finished_reason == reason
         again = Engine(spec, BASELINE, history=eng.measurements)
         assert again.next() is None and again.finished_reason == reason
+
+
+def test_a_run_without_a_finite_objective_counts_as_failed() -> None:
+    eng = Engine(experiment().spec, BASELINE)
+    req = eng.next()
+    assert req is not None
+    eng.record(Measurement(index=0, point=req.point, purpose=req.purpose,
+                           metrics={"read_bandwidth": float("nan")}))
+    out = eng.outcome()
+    assert out.trials[0].n == 0 and out.trials[0].failures == 1
+    again = eng.next()
+    assert again is not None and again.purpose == "baseline" and "run 2" in again.reason

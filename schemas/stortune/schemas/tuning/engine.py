@@ -150,7 +150,7 @@ class Engine:
         return [m for m in self.measurements if point_key(m.point) == key and m.purpose not in evidence.APART]
 
     def _complete(self, runs: Sequence[Measurement], wanted: int) -> bool:
-        ok = sum(1 for m in runs if m.ok)
+        ok = sum(1 for m in runs if evidence.usable(self.spec, m))
         return ok >= wanted or len(runs) - ok >= MAX_FAILURES
 
     def _request(self, point: Point, purpose: Purpose, reason: str) -> TrialRequest:
@@ -174,7 +174,7 @@ class Engine:
         base_runs = [m for m in self._runs(self.baseline) if m.purpose == "baseline"]
         if not self._complete(base_runs, spec.baseline_runs):
             return self._request(self.baseline, "baseline", f"the current settings, run {len(base_runs) + 1}")
-        if not any(m.ok for m in base_runs):
+        if not any(evidence.usable(spec, m) for m in base_runs):
             return self._finish("baseline-failed")
         closing = any(m.purpose in ("confirm", "baseline-end") for m in self.measurements)
         if not closing and self._cut is None:
@@ -270,7 +270,7 @@ class Engine:
 
     def _gave_up(self, point: Point) -> bool:
         runs = [m for m in self._runs(point) if m.purpose == "repeat"]
-        return sum(1 for m in runs if not m.ok) >= MAX_FAILURES
+        return sum(1 for m in runs if not evidence.usable(self.spec, m)) >= MAX_FAILURES
 
     # -- reading ------------------------------------------------------------------
     def total_estimate(self) -> int:
