@@ -119,13 +119,24 @@ class ValueRange(_Doc):
         return out
 
 
+def _scalar(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"must be an integer or a name, got {value!r:.40}")
+    return value
+
+
+#: One value of a parameter: the tunable's own check (in Parameter) says which kind it takes.
+ParamValue = Annotated[int | str, BeforeValidator(_scalar), WithJsonSchema(
+    {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 32}]})]
+
+
 class Parameter(_Doc):
     tunable: str = Field(description="A catalog tunable: " + ", ".join(sorted(
         t.name for t in catalog.ordered() if t.scope == "device")))
     at: Literal["target", "beneath"] = Field(
         default="target", description="On the target device, or on every device beneath it"
                                       " (the md members' scheduler)")
-    values: list[StrictInt | str] | None = Field(default=None, min_length=1, max_length=MAX_VALUES)
+    values: list[ParamValue] | None = Field(default=None, min_length=1, max_length=MAX_VALUES)
     range: ValueRange | None = None
 
     @field_validator("tunable")
