@@ -67,7 +67,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     Everything else spreads over the workers."""
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if item.get_closest_marker("root") or fixtures & _LOOP_FIXTURES or "fio" in item.nodeid.split("::")[0]:
+        module = item.nodeid.split("::")[0]
+        if item.get_closest_marker("root") or fixtures & _LOOP_FIXTURES or "fio" in module:
             item.add_marker(pytest.mark.xdist_group("devices"))
 
 
