@@ -36,9 +36,11 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 #: Loaded on the first benchmark call, or by the CLI's YAML input and output; never while idle.
+#: Tuning experiments run in the one-shot CLI or on the control plane, never in the daemon.
 ON_DEMAND = ("yaml", "stortune.agent.bench.manager", "stortune.agent.bench.cli",
              "stortune.schemas.bench.spec", "stortune.schemas.bench.results",
-             "stortune.agent.diagnostics", "cryptography")
+             "stortune.agent.diagnostics", "cryptography", "optuna", "stortune.schemas.tuning.engine",
+             "stortune.schemas.tuning.experiment")
 
 
 def test_an_idle_serving_agent_holds_no_benchmark_diagnostics_or_yaml_code(tmp_path: Path) -> None:

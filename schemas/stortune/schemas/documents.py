@@ -7,6 +7,7 @@ the line to fix.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,12 @@ from pydantic import ValidationError
 from stortune.schemas.profile import API_VERSION, StorageProfile
 
 KINDS = ("StorageProfile",)
+#: stortune's other documents, which a repository keeps next to its profiles, and what runs them.
+OTHER_KINDS = {
+    "BenchmarkSpec": "stortune bench run -f (or stortune-agent bench -f)",
+    "BenchmarkSchedule": "stortune bench schedule create -f",
+    "TuningExperiment": "stortune tune run -f (or stortune-agent tune -f on one host)",
+}
 #: What a directory contributes (JSON is YAML too).
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -62,12 +69,44 @@ def validation_problems(exc: ValidationError, where: str) -> list[Problem]:
     return problems
 
 
+def check_header(data: Any, where: str, kind: str) -> dict[str, Any]:
+    """``data`` if it is a mapping of ``kind`` at apiVersion stortune/v1, else DocumentError."""
+    if not isinstance(data, dict):
+        raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
+    if data.get("kind") != kind:
+        raise DocumentError([Problem(where, "kind", f"{data.get('kind')!r:.80} is not a {kind} document")])
+    if data.get("apiVersion") != API_VERSION:
+        raise DocumentError([Problem(where, "apiVersion",
+                                     f"{data.get('apiVersion')!r:.80}; expected {API_VERSION!r}")])
+    return data
+
+
+def labelled(data: dict[str, Any], where: str, kind: str) -> str:
+    """Where a document is, with its kind and name when it has one: ``exp.yaml (Kind/name)``."""
+    meta = data.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{where} ({kind}/{name})" if isinstance(name, str) and 0 < len(name) <= 253 else where
+
+
+def without_tags(problems: list[Problem], lists: str, tags: Iterable[str]) -> list[Problem]:
+    """Problems without the union tag pydantic puts after an item of a tagged list
+    (``workloads[0].preset.size`` is ``workloads[0].size``); ``lists`` is a regex of the lists."""
+    out = []
+    for problem in problems:
+        path = problem.path
+        for tag in tags:
+            path = re.sub(rf"((?:{lists})\[\d+\])\.{tag}(?=\.|$)", r"\1", path, count=1)
+        out.append(Problem(problem.where, path, problem.message))
+    return out
+
+
 def parse_profile(data: Any, where: str = "document") -> StorageProfile:
     if not isinstance(data, dict):
         raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
     kind, api = data.get("kind"), data.get("apiVersion")
     if kind not in KINDS:
-        raise DocumentError([Problem(where, "kind", f"{kind!r} is not a StorageProfile document")])
+        hint = f": run it with {OTHER_KINDS[kind]}" if isinstance(kind, str) and kind in OTHER_KINDS else ""
+        raise DocumentError([Problem(where, "kind", f"{kind!r:.80} is not a StorageProfile document{hint}")])
     if api != API_VERSION:
         raise DocumentError([Problem(where, "apiVersion", f"{api!r}; expected {API_VERSION!r}")])
     try:
