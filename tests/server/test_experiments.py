@@ -171,6 +171,16 @@ def next_trial(client: TestClient, agent: SurfaceAgent, exp_id: str, eventually:
     return run_id
 
 
+def past_the_baseline(client: TestClient, agent: SurfaceAgent, exp_id: str, eventually: Eventually) -> str:
+    """Finish the baseline's trials; the run id of the first trial testing other values."""
+    while True:
+        run_id = next_trial(client, agent, exp_id, eventually)
+        trial = next(t for t in experiment(client, exp_id)["status"]["trials"] if t["runId"] == run_id)
+        if trial["purpose"] != "baseline":
+            return run_id
+        agent.finish(run_id)
+
+
 def test_cancel_stops_the_running_trial_and_puts_the_device_back(
         make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
     agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
@@ -179,9 +189,7 @@ def test_cancel_stops_the_running_trial_and_puts_the_device_back(
     with admin_client(app) as client:
         register(client)
         exp_id = submit(client, experiment_doc())
-        for _ in range(3):  # past the baseline: a trial with other values than the device's own
-            agent.finish(next_trial(client, agent, exp_id, eventually))
-        run_id = next_trial(client, agent, exp_id, eventually)
+        run_id = past_the_baseline(client, agent, exp_id, eventually)
         assert agent.read_ahead() != 128
         response = client.post(f"{EXPERIMENTS}/{exp_id}/cancel")
         assert response.status_code == 202, response.text
@@ -252,9 +260,7 @@ def test_the_reconciler_holds_off_an_experiment_s_settings_and_enforces_them_aga
         eventually(lambda: agent.read_ahead() == 4096
                    and condition(client, "h1", "Ready")["status"] == "True", what="the profile enforced")
         exp_id = submit(client, experiment_doc(values=[128, 1024, 4096]))
-        for _ in range(2):  # the baseline is 4096: run past it to a trial with another value
-            agent.finish(next_trial(client, agent, exp_id, eventually))
-        run_id = next_trial(client, agent, exp_id, eventually)
+        run_id = past_the_baseline(client, agent, exp_id, eventually)  # the baseline is 4096
         testing = agent.read_ahead()
         assert testing != 4096
         held = eventually(lambda: (c := condition(client, "h1", "Applied"))["reason"] == "ExperimentRunning"
@@ -286,7 +292,7 @@ def test_viewers_read_operators_run_and_support_tokens_see_only_their_hosts(
     from tests.server.support import bearer
 
     register(client, "h2", labels={"role": "archive"})
-    exp_id = submit(client, experiment_doc(budget={"trials": 6}))
+    exp_id = submit(client, experiment_doc(budget={"trials": 14}))
     viewer, operator = bearer(token_for("viewer")), bearer(token_for("operator"))
     support = bearer(token_for("support", hosts="role=archive", expires_in="1h"))
     assert client.post(EXPERIMENTS, json=experiment_doc(), headers=viewer).status_code == 403
@@ -299,7 +305,7 @@ def test_viewers_read_operators_run_and_support_tokens_see_only_their_hosts(
     assert client.get(f"{EXPERIMENTS}/{exp_id}/profile", headers=support).status_code == 404
     assert client.post(EXPERIMENTS, json=experiment_doc(), headers=support).status_code == 403
     eventually(lambda: ended(client, exp_id), what="the first experiment's end")
-    created = client.post(EXPERIMENTS, json=experiment_doc(name="by-operator", budget={"trials": 6}),
+    created = client.post(EXPERIMENTS, json=experiment_doc(name="by-operator", budget={"trials": 14}),
                           headers=operator)
     assert created.status_code == 201, created.text
     assert created.json()["status"]["createdBy"].startswith("operator")
@@ -342,3 +348,36 @@ def test_charts_in_png_and_svg_and_the_recommended_profile(
     assert as_json == profile
     # The profile is a valid StorageProfile for the API.
     assert client.post(f"{API}/profiles", json=profile, params={"dryRun": "All"}).status_code == 200
+
+
+def test_a_fleet_runs_one_trial_per_host_in_parallel_and_says_whether_it_holds_everywhere(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    fleet = {name: agents.add(SurfaceAgent(address=registration(name)["address"],
+                                           topology=loop_topology(name), hold=True)) for name in ("h1", "h2")}
+    app = make_app(agents=agents, controller=RecordingController(), **FAST)
+    with admin_client(app) as client:
+        for name in fleet:
+            register(client, name)
+        exp_id = submit(client, experiment_doc(maxHosts=2))
+        # Both hosts run a trial at the same time, one each.
+        both = eventually(lambda: all(running_trial(client, a, exp_id) for a in fleet.values()),
+                          what="a trial running on each host at once")
+        assert both
+        for index, agent in enumerate(fleet.values()):
+            run_id = running_trial(client, agent, exp_id)
+            assert run_id is not None and f"-h{index}-" in run_id  # each host its own trials
+            agent.auto = True
+            agent.finish(str(run_id))
+        doc = eventually(lambda: ended(client, exp_id), timeout=60, what="the fleet experiment's end")
+    status = doc["status"]
+    assert status["state"] == "done", status
+    assert {h["host"]: h["state"] for h in status["hosts"]} == {"h1": "done", "h2": "done"}
+    outcome = status["outcome"]
+    assert set(outcome["perHost"]) == {"h1", "h2"} and outcome["hosts"] == ["h1", "h2"]
+    rec = outcome["recommendation"]
+    assert rec["keepCurrent"] is False and rec["values"] == {"read_ahead_kb": 1024}, rec
+    assert outcome["holdsEverywhere"] is True
+    assert {v["host"] for v in outcome["hostVerdicts"]} == {"h1", "h2"}
+    for host, agent in fleet.items():
+        assert agent.read_ahead() == 128, host
+        assert [t["host"] for t in status["trials"]].count(host) == len(agent.settings_seen)

@@ -119,7 +119,7 @@ def resolve(session: Session, exp: TuningExperiment, names: Sequence[str]) -> li
     Invalid (422) naming the field: ``spec.target.device`` when a host has no single match,
     ``spec.parameters[i]...`` for a value the device refuses (a scheduler its kernel does not offer).
     """
-    from stortune.server.tune.checks import device_problems
+    from stortune.schemas.tuning.experiment import baseline_point, check_against_device
 
     causes: list[Cause] = []
     out: list[HostTarget] = []
@@ -133,8 +133,14 @@ def resolve(session: Session, exp: TuningExperiment, names: Sequence[str]) -> li
             causes.append(Cause("spec.target.device", f"on host {name}: {why}"))
             continue
         below = beneath_of(topology, device)
-        for problem in device_problems(exp, device, below):
-            causes.append(Cause(problem.path, f"on host {name}, device {device.name}: {problem.message}"))
+        found = check_against_device(exp, device, below)
+        for problem in found:
+            causes.append(Cause(problem.path, f"on host {name}: {problem.message}"))
+        if not found:
+            try:
+                baseline_point(exp, device, below)
+            except ValueError as exc:
+                causes.append(Cause("spec.parameters", f"on host {name}: {exc}"))
         out.append(HostTarget(name, topology, device, below))
     if causes:
         raise Invalid(causes, kind=KIND, name=exp.name)

@@ -45,7 +45,10 @@ def _outcome(doc: ExperimentDocument) -> dict[str, Any]:
 
 
 def _title(doc: ExperimentDocument, what: str) -> str:
-    return f"{doc.metadata.name}: {what} (experiment {doc.metadata.uid})"
+    outcome = doc.status.outcome or {}
+    where = f" on {outcome['trialsHost']} (of {len(outcome.get('hosts') or [])} hosts)" if outcome.get(
+        "trialsHost") else ""
+    return f"{doc.metadata.name}: {what}{where} (experiment {doc.metadata.uid})"
 
 
 def _label(value: Any) -> str:

@@ -40,7 +40,7 @@ from typing import Any
 from stortune.schemas.bench.results import TERMINAL_STATES, BenchmarkResult
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device
-from stortune.schemas.tuning.experiment import TuningExperiment, parse_experiment
+from stortune.schemas.tuning.experiment import TuningExperiment, check_against_device, parse_experiment
 from stortune.schemas.tuning.overlay import overlay_conflicts, overlay_profile
 from stortune.schemas.tuning.space import Measurement, TrialRequest, benchmark_for, failed, measure
 from stortune.server.agentclient import (
@@ -53,7 +53,6 @@ from stortune.server.agentclient import (
 from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.services.experiments import ActiveHost, beneath_of, find_target, trial_run_id
 from stortune.server.tune import evidence, results, store
-from stortune.server.tune.checks import device_problems
 
 log = logging.getLogger(__name__)
 
@@ -244,10 +243,13 @@ class ExperimentDriver:
             if device is None:
                 raise HostFailed(f"spec.target.device {why}")
             beneath = beneath_of(topology, device)
-            problems = device_problems(exp, device, beneath)
+            problems = check_against_device(exp, device, beneath)
             if problems:
                 raise HostFailed("; ".join(f"{p.path}: {p.message}" for p in problems))
-            baseline, settings, owned = results.baseline_of(exp, device, beneath)
+            try:
+                baseline, settings, owned = results.baseline_of(exp, device, beneath)
+            except ValueError as exc:
+                raise HostFailed(f"no baseline: {exc}") from None
             profiles, generations = await self._desired(active)
             conflicts = overlay_conflicts(overlay_profile(exp.name, baseline, device, beneath), profiles)
             if conflicts:

@@ -86,44 +86,27 @@ def experiment_outcome(exp: TuningExperiment, host_rows: Sequence[ExperimentHost
     if len(engines) == 1:
         (host, only), = per_host.items()
         return {**only, "hosts": [host], "perHost": per_host, "holdsEverywhere": True}
-    return {**_pooled(exp, engines), "hosts": sorted(engines), "perHost": per_host}
+    return pooled_doc(exp, engines, per_host)
 
 
-def _pooled(exp: TuningExperiment, engines: Mapping[str, Engine]) -> dict[str, Any]:
-    """Every host's measurements judged together (as runs of one host class), and whether the
-    pooled recommendation is what each host would recommend, significant on each."""
-    from stortune.schemas.tuning import evidence as core
+def pooled_doc(exp: TuningExperiment, engines: Mapping[str, Engine], per_host: Mapping[str, dict[str, Any]]
+               ) -> dict[str, Any]:
+    """A fleet's evidence: the recommendation pooled over every host's measurements (each host
+    judged against its own baseline), whether it holds on every host, and each host's own outcome.
+    The trials and baseline shown at the top are the first host's (``trialsHost``)."""
+    from stortune.schemas.tuning.fleet import pooled
 
-    pooled_fn = getattr(core, "pooled", None)
-    if pooled_fn is not None:
-        found = pooled_fn({h: e.measurements for h, e in engines.items()}, exp)
-        outcome, holds = found if isinstance(found, tuple) else (found, None)
-        data: dict[str, Any] = outcome.model_dump(mode="json")
-        if holds is None:
-            holds = _holds(data, engines)
-        data["holdsEverywhere"] = bool(holds)
-        return data
-    first = next(iter(engines.values()))
-    merged: list[Measurement] = []
-    for engine in engines.values():  # indices renumbered: the pooled view is not a replayable history
-        merged.extend(engine.measurements)
-    merged = [m.model_copy(update={"index": i}) for i, m in enumerate(merged)]
-    outcome = core.outcome(exp.spec, first.baseline, merged, first.members)
-    data = outcome.model_dump(mode="json")
-    data["holdsEverywhere"] = _holds(data, engines)
-    return data
-
-
-def _holds(pooled: Mapping[str, Any], engines: Mapping[str, Engine]) -> bool:
-    rec = pooled.get("recommendation") or {}
-    values = rec.get("values")
-    for engine in engines.values():
-        own = engine.outcome().recommendation
-        if bool(rec.get("keepCurrent")) != own.keepCurrent:
-            return False
-        if not own.keepCurrent and (own.values != values or not own.significant):
-            return False
-    return True
+    fleet = pooled({h: e.measurements for h, e in engines.items()}, exp.spec,
+                   {h: e.baseline for h, e in engines.items()}, {h: e.members for h, e in engines.items()})
+    first = sorted(per_host)[0]
+    shown = per_host[first]
+    values = fleet.values if fleet.values is not None else shown["recommendation"]["values"]
+    recommendation = {"values": values, "keepCurrent": fleet.keepCurrent,
+                      "gain": None if fleet.gain is None else fleet.gain.model_dump(mode="json"),
+                      "significant": fleet.significant, "reason": fleet.reason}
+    return {**shown, "recommendation": recommendation, "holdsEverywhere": fleet.holds_everywhere,
+            "hostVerdicts": [v.model_dump(mode="json") for v in fleet.hosts], "hosts": sorted(per_host),
+            "perHost": dict(per_host), "trialsHost": first}
 
 
 def stored_outcome(sessions: sessionmaker[Session], experiment_id: str) -> dict[str, Any] | None:

@@ -9,12 +9,13 @@ from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
 
+from stortune.schemas import catalog
 from stortune.schemas.bench.results import BenchmarkResult
 from stortune.schemas.catalog import Value
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device
 from stortune.schemas.tuning.evidence import Outcome
-from stortune.schemas.tuning.experiment import TuningExperiment
+from stortune.schemas.tuning.experiment import TuningExperiment, baseline_point
 from stortune.schemas.tuning.recommend import recommended_profile
 from stortune.server.errors import NotFound
 from stortune.server.services import profiles
@@ -31,24 +32,18 @@ def _value(device: Device, tunable: str) -> Value | None:
 def baseline_of(exp: TuningExperiment, device: Device, beneath: Sequence[Device]
                 ) -> tuple[dict[str, Value], dict[str, dict[str, Value | None]], list[list[str]]]:
     """(the baseline point, {device: {tunable: value}} of every setting the trials change, and
-    the (device id, tunable) keys the experiment owns while it runs).
-
-    A beneath parameter's baseline is the value the devices beneath hold (the first one's when
-    they differ: the end puts each back to its own anyway)."""
-    point: dict[str, Value] = {}
+    the (device id, tunable) keys the experiment owns while it runs); ValueError when a value
+    in effect is unknown (baseline_point says which)."""
+    point = baseline_point(exp, device, beneath)
     settings: dict[str, dict[str, Value | None]] = {}
     owned: list[list[str]] = []
     for parameter in exp.spec.parameters:
-        devices = [device] if parameter.at == "target" else list(beneath)
+        tunable = catalog.get(parameter.tunable)
+        devices = ([device] if parameter.at == "target" else
+                   [d for d in beneath if d.kind in tunable.applies_to])
         for dev in devices:
-            value = _value(dev, parameter.tunable)
-            settings.setdefault(dev.name, {})[parameter.tunable] = value
+            settings.setdefault(dev.name, {})[parameter.tunable] = _value(dev, parameter.tunable)
             owned.append([dev.id, parameter.tunable])
-            if parameter.key not in point and value is not None:
-                point[parameter.key] = value
-        if parameter.key not in point:
-            # check_against_device refused this already; a device that lost the tunable since.
-            point[parameter.key] = parameter.choices()[0]
     return point, settings, owned
 
 
