@@ -21,6 +21,7 @@ from stortune.server.auth import Role
 from tests.server.benchfakes import finished_run, queued_run, streamers
 from tests.server.builders import API, keyed, loop_topology, profile_doc, registration
 from tests.server.support import FakeClock, TestClient, admin_client, bearer, issue_token
+from tests.server.tunefakes import experiment_doc
 
 ADMIN, OPERATOR, VIEWER, SUPPORT, AGENT = (r.value for r in Role)
 ROLES = [r.value for r in Role]
@@ -76,6 +77,27 @@ class World:
         created = self.admin.post(f"{API}/benchmarks/schedules", json=schedule(f"s-{tag}"))
         assert created.status_code == 201, created.text
         return f"s-{tag}"
+
+    def experiment(self) -> str:
+        """A finished experiment on h1 (its agent measures a known surface), made once."""
+        if "experiment" not in self.made:
+            import time
+
+            from tests.server.tunefakes import SurfaceAgent
+
+            assert self.app is not None
+            self.app.state.agents.add(SurfaceAgent(address=registration("h1")["address"],
+                                                   topology=loop_topology("h1")))
+            created = self.admin.post(f"{API}/experiments", json=experiment_doc())
+            assert created.status_code == 201, created.text
+            exp_id = str(created.json()["metadata"]["uid"])
+            deadline = time.monotonic() + 30
+            while self.admin.get(f"{API}/experiments/{exp_id}").json()["status"]["state"] != "done":
+                assert time.monotonic() < deadline, "the experiment did not end"
+                time.sleep(0.02)
+            self.made["experiment"] = exp_id
+        return self.made["experiment"]
+
 
 
 def schedule(name: str) -> dict[str, Any]:
@@ -174,6 +196,20 @@ TABLE: dict[tuple[str, str], Case] = {
         f"/benchmarks/schedules/{w.schedule(t)}", {"json": schedule(f"s-{t}")})),
     ("DELETE", "/benchmarks/schedules/{name}"): Case(WRITERS, lambda w, t: (
         f"/benchmarks/schedules/{w.schedule(t)}", {})),
+    # Experiments: the ones all of whose hosts a support token sees (h1 is within its reach).
+    ("POST", "/experiments"): Case(WRITERS, lambda w, t: (
+        "/experiments", {"json": experiment_doc(f"new-{t}"), "params": {"dryRun": "All"}})),
+    ("GET", "/experiments"): Case(HOST_READERS, fixed("/experiments")),
+    ("GET", "/experiments/{experiment_id}"): Case(HOST_READERS, lambda w, t: (
+        f"/experiments/{w.experiment()}", {})),
+    ("POST", "/experiments/{experiment_id}/cancel"): Case(WRITERS, lambda w, t: (
+        f"/experiments/{w.experiment()}/cancel", {})),
+    ("DELETE", "/experiments/{experiment_id}"): Case(WRITERS, lambda w, t: (
+        f"/experiments/{w.experiment()}", {})),
+    ("GET", "/experiments/{experiment_id}/charts/{chart}"): Case(HOST_READERS, lambda w, t: (
+        f"/experiments/{w.experiment()}/charts/values.svg", {})),
+    ("GET", "/experiments/{experiment_id}/profile"): Case(HOST_READERS, lambda w, t: (
+        f"/experiments/{w.experiment()}/profile", {})),
 }
 
 
