@@ -381,3 +381,38 @@ def test_a_fleet_runs_one_trial_per_host_in_parallel_and_says_whether_it_holds_e
     for host, agent in fleet.items():
         assert agent.read_ahead() == 128, host
         assert [t["host"] for t in status["trials"]].count(host) == len(agent.settings_seen)
+
+
+def test_a_benchmark_and_an_experiment_never_run_at_once_on_a_host(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    from tests.server.benchfakes import streamers
+
+    agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
+                                    hold=True))
+    app = make_app(agents=agents, controller=RecordingController(), **FAST)
+    with admin_client(app) as client:
+        register(client)
+        bench = client.post(f"{API}/benchmarks/runs", json=streamers("before")).json()["items"][0]
+        bench_id = bench["metadata"]["name"]
+        eventually(lambda: bench_id in agent.started, what="the benchmark running")
+        exp_id = submit(client, experiment_doc())
+        waiting = eventually(lambda: "waiting: benchmark" in (
+            h := experiment(client, exp_id)["status"]["hosts"][0])["message"] and h,
+            what="the experiment waiting for the benchmark")
+        assert waiting["state"] == "queued" and bench_id in waiting["message"]
+        assert not [r for r in agent.started if r.startswith(exp_id)]
+        agent.finish(bench_id)
+        first = next_trial(client, agent, exp_id, eventually)
+        # A benchmark asked for meanwhile waits for the experiment's end.
+        later = client.post(f"{API}/benchmarks/runs", json=streamers("during")).json()["items"][0]
+        later_id = later["metadata"]["name"]
+        agent.finish(first)
+        agent.auto = True
+        eventually(lambda: ended(client, exp_id), what="the experiment's end")
+        eventually(lambda: ("start_benchmark", later_id) in [(c[0], c[1][0]) for c in agent.calls
+                                                             if c[0] == "start_benchmark"],
+                   what="the later benchmark started")
+    order = [c[1][0] for c in agent.calls if c[0] == "start_benchmark"]
+    trials = [r for r in order if r.startswith(exp_id)]
+    assert order.index(later_id) > order.index(trials[-1])  # after the experiment's last trial
+    assert order.index(bench_id) < order.index(trials[0])

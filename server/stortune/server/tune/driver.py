@@ -65,6 +65,10 @@ class HostFailed(Exception):
     """The host cannot go on with the experiment (gone, unreachable too long, refused)."""
 
 
+class Cancelled(Exception):
+    """The experiment was cancelled while the driver waited on its agent."""
+
+
 @dataclass
 class _Held:
     """What the driver keeps about a host it owns for an experiment."""
@@ -185,6 +189,11 @@ class ExperimentDriver:
         await asyncio.to_thread(store.note, self._sessions, active.experiment, active.host, message,
                                 self._clock())
 
+    async def _wait(self, active: ActiveHost, message: str) -> None:
+        """Say why the host is not taken yet, and keep its slot a while: no tight retry loop."""
+        await self._note(active, message)
+        await asyncio.sleep(self.interval)
+
     async def _drive(self, active: ActiveHost) -> None:
         try:
             exp = parse_experiment(active.document)
@@ -232,12 +241,12 @@ class ExperimentDriver:
             agent = await self._agent(active)
             running = await asyncio.to_thread(store.busy_with_benchmark, self._sessions, active.host)
             if running is not None:
-                await self._note(active, f"waiting: benchmark {running} runs on the host")
+                await self._wait(active, f"waiting: benchmark {running} runs on the host")
                 return None
             try:
                 _, topology, _ = await agent.get_topology()
             except AgentError as exc:
-                await self._note(active, f"waiting: the agent does not answer: {exc.message}")
+                await self._wait(active, f"waiting: the agent does not answer: {exc.message}")
                 return None
             device, why = find_target(exp, topology)
             if device is None:
@@ -266,7 +275,7 @@ class ExperimentDriver:
         if not await asyncio.to_thread(store.claim, self._sessions, active.experiment, active.host,
                                        device=device.name, baseline=baseline, originals=originals,
                                        now=self._clock()):
-            await self._note(active, "waiting: the host is busy (a benchmark or another experiment)")
+            await self._wait(active, "waiting: the host is busy (a benchmark or another experiment)")
             return None
         log.info("experiment %s took %s (device %s, baseline %s)", active.experiment, active.host,
                  device.name, baseline)
@@ -297,7 +306,9 @@ class ExperimentDriver:
         started = active.started_at or self._clock()
         pending = next((r for r in rows if r.state in ("queued", "running")), None)
         while True:
-            if await asyncio.to_thread(store.cancel_requested, self._sessions, active.experiment):
+            # A trial in flight is followed to its end first: _wait_run stops it when cancelled.
+            if pending is None and await asyncio.to_thread(store.cancel_requested, self._sessions,
+                                                           active.experiment):
                 return "cancelled"
             if pending is not None:  # a trial a restarted server finds in flight: follow its run
                 request = TrialRequest(index=pending.index, point=dict(pending.point),
@@ -313,7 +324,10 @@ class ExperimentDriver:
                     return engine.finished_reason or "done"
                 request = next_request
                 run_id = trial_run_id(active.experiment, active.host_index, request.index)
-                refused = await self._set_values(held, request, run_id)
+                try:
+                    refused = await self._set_values(held, request, run_id)
+                except Cancelled:
+                    return "cancelled"
                 if refused is not None:
                     await self._record(held, engine, failed(request, refused, active.host, run_id))
                     continue
@@ -376,6 +390,8 @@ class ExperimentDriver:
                 return "the agent refused the trial's values: " + results.report_text(result.report)
             await asyncio.sleep(self._delay(attempts))
             attempts += 1
+            if await asyncio.to_thread(store.cancel_requested, self._sessions, held.active.experiment):
+                raise Cancelled
 
     async def _wait_run(self, run_id: str) -> tuple[BenchmarkResult | None, str]:
         """Follow the trial's benchmark run to its end: (its result, or None and why not)."""
