@@ -127,7 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rate-limit", type=_rate, action="append", default=[],
                         metavar="NAME=PER_MINUTE",
                         help="calls per minute and token of an expensive call: dry-run (default 120), "
-                             "diagnostics, benchmark-runs; repeatable")
+                             "diagnostics, benchmark-runs, experiments; repeatable")
+    parser.add_argument("--experiment-max-grid", type=int, default=4096, metavar="POINTS",
+                        help="refuse tuning experiments whose grid holds more points (default and "
+                             "most 4096)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _pki(parser, top=True)
     parser.add_argument("--insecure", action="store_true",
@@ -265,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_interval_s=args.heartbeat_interval,
             max_heartbeats_per_s=args.max_heartbeats_per_second, max_body_bytes=args.max_body_size,
             rate_limits=dict(args.rate_limit), agent_pki=pki_dir,
+            experiment_max_grid=args.experiment_max_grid,
         )
     except ValidationError as exc:
         _print_errors(exc)
