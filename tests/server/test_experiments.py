@@ -416,3 +416,20 @@ def test_a_benchmark_and_an_experiment_never_run_at_once_on_a_host(
     trials = [r for r in order if r.startswith(exp_id)]
     assert order.index(later_id) > order.index(trials[-1])  # after the experiment's last trial
     assert order.index(bench_id) < order.index(trials[0])
+
+
+def test_a_fairness_constraint_keeps_out_the_unfair_optimum_and_is_charted(
+        client: TestClient, eventually: Eventually) -> None:
+    """1024 is fastest, but its two streams differ by 25% (CV about 35%): with maxCV 10% the
+    recommendation is the fastest fair value, and the fairness chart shows each trial's CV."""
+    doc = experiment_doc(constraints=[{"fairness": "read_bandwidth", "maxCV": "10%"}])
+    exp_id = submit(client, doc)
+    status = eventually(lambda: ended(client, exp_id), timeout=60, what="the end")["status"]
+    assert status["state"] == "done", status
+    rec = status["outcome"]["recommendation"]
+    assert rec["values"] == {"read_ahead_kb": 128} or rec["keepCurrent"], rec
+    infeasible = [t for t in status["outcome"]["trials"] if not t["feasible"]]
+    assert {t["point"]["read_ahead_kb"] for t in infeasible} >= {1024, 4096}
+    assert all(t["measurement"]["job_cv"] is not None for t in status["trials"] if t["measurement"]["ok"])
+    chart = client.get(f"{EXPERIMENTS}/{exp_id}/charts/fairness.svg")
+    assert chart.status_code == 200 and "max CV 10%" in chart.text

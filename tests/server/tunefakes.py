@@ -15,8 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from stortune.schemas.bench.fioresult import DirectionResult, FioResult, JobResult
+from stortune.schemas.bench.results import BenchmarkResult
 from stortune.schemas.bench.steps import WorkloadStep
-from stortune.server.agentclient import BenchmarkProgress
+from stortune.server.agentclient import BenchmarkOutcome, BenchmarkProgress
 from tests.server.benchfakes import BenchAgent, Values, steady
 
 EXPERIMENTS = "/api/v1/experiments"
@@ -75,6 +77,23 @@ class SurfaceAgent(BenchAgent):
         device = self.topology.device("loop0")
         assert device is not None
         return {"loop0": {k: s.value for k, s in device.tunables.items()}}
+
+    def finish(self, run_id: str, state: str = "done", **kwargs: Any) -> BenchmarkResult:
+        """The run's result, each step run with two jobs whose bandwidths drift apart as
+        read-ahead grows (a big read-ahead starves concurrent streams): fairness to measure."""
+        result = super().finish(run_id, state, **kwargs)
+        unfair = {0: 0.02, 128: 0.04, 1024: 0.25, 4096: 0.35}.get(self.read_ahead(), 0.3)
+        runs = []
+        for run in result.runs:
+            total = run.metrics.get("read_bandwidth", 0.0)
+            jobs = [JobResult(name=f"job{i}", read=DirectionResult(bandwidth=total / 2 * (1 + sign * unfair)))
+                    for i, sign in enumerate((-1, 1))]
+            runs.append(run.model_copy(update={"fio": FioResult(jobs=jobs)}))
+        stored = result.model_copy(update={"runs": runs})
+        outcome = self.outcomes[run_id]
+        self.outcomes[run_id] = BenchmarkOutcome(progress=outcome.progress, result=stored,
+                                                 raw_files=outcome.raw_files, info=outcome.info)
+        return stored
 
     async def start_benchmark(self, run_id: str, spec: Any) -> BenchmarkProgress:
         self.settings = self.current()
