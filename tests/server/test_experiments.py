@@ -37,6 +37,12 @@ def server(make_app: AppFactory, agents: FakeAgentClients, agent: SurfaceAgent) 
     return make_app(agents=agents, controller=RecordingController(), **FAST)
 
 
+def held_agent(agents: FakeAgentClients, name: str = "h1") -> SurfaceAgent:
+    """The agent of ``name`` whose benchmark runs stay running until the test finishes them."""
+    found = SurfaceAgent(address=registration(name)["address"], topology=loop_topology(name), hold=True)
+    return agents.add(found)  # type: ignore[return-value]
+
+
 def register(client: TestClient, name: str = "h1", labels: dict[str, str] | None = None) -> None:
     body = registration(name, labels=labels, topology=loop_topology(name))
     assert client.post(f"{API}/agents/register", json=body).status_code == 200
@@ -183,8 +189,7 @@ def past_the_baseline(client: TestClient, agent: SurfaceAgent, exp_id: str, even
 
 def test_cancel_stops_the_running_trial_and_puts_the_device_back(
         make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
-    agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
-                                    hold=True))
+    agent = held_agent(agents)
     app = make_app(agents=agents, controller=RecordingController(), **FAST)
     with admin_client(app) as client:
         register(client)
@@ -212,8 +217,7 @@ def test_cancel_stops_the_running_trial_and_puts_the_device_back(
 
 def test_a_restarted_server_resumes_at_the_next_trial_with_nothing_lost_or_run_twice(
         make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
-    agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
-                                    hold=True))
+    agent = held_agent(agents)
     first = make_app(agents=agents, controller=RecordingController(), **FAST)
     with admin_client(first) as client:
         register(client)
@@ -251,8 +255,7 @@ def test_the_reconciler_holds_off_an_experiment_s_settings_and_enforces_them_aga
     Applied=False ExperimentRunning naming the experiment; afterwards drift is corrected again."""
     from tests.server.builders import profile_doc
 
-    agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
-                                    hold=True))
+    agent = held_agent(agents)
     app = make_app(agents=agents, reconcile_interval_s=0.2, **FAST)
     with admin_client(app) as client:
         register(client)
@@ -352,8 +355,7 @@ def test_charts_in_png_and_svg_and_the_recommended_profile(
 
 def test_a_fleet_runs_one_trial_per_host_in_parallel_and_says_whether_it_holds_everywhere(
         make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
-    fleet = {name: agents.add(SurfaceAgent(address=registration(name)["address"],
-                                           topology=loop_topology(name), hold=True)) for name in ("h1", "h2")}
+    fleet = {name: held_agent(agents, name) for name in ("h1", "h2")}
     app = make_app(agents=agents, controller=RecordingController(), **FAST)
     with admin_client(app) as client:
         for name in fleet:
@@ -387,8 +389,7 @@ def test_a_benchmark_and_an_experiment_never_run_at_once_on_a_host(
         make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
     from tests.server.benchfakes import streamers
 
-    agent = agents.add(SurfaceAgent(address=registration("h1")["address"], topology=loop_topology("h1"),
-                                    hold=True))
+    agent = held_agent(agents)
     app = make_app(agents=agents, controller=RecordingController(), **FAST)
     with admin_client(app) as client:
         register(client)

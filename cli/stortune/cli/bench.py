@@ -90,7 +90,7 @@ def add_parser(sub: Any, *, connection_options: Callable[..., None], parser_clas
                    help="table: progress, then a summary per run; json|yaml: the runs with their results "
                         "on stdout (the queued runs with --no-wait, the plan with --dry-run), progress "
                         "on stderr")
-    a.add_argument("--poll", type=_seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
+    a.add_argument("--poll", type=seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
 
     a = action("list", "runs, newest first")
     a.add_argument("--host")
@@ -115,7 +115,7 @@ def add_parser(sub: Any, *, connection_options: Callable[..., None], parser_clas
     a.add_argument("id")
     a.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
                    help="wait until the run has stopped (default: --wait)")
-    a.add_argument("--poll", type=_seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
+    a.add_argument("--poll", type=seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
 
     a = action("plot", "a chart, PNG or SVG by the file's suffix")
     a.add_argument("id", nargs="?", help="the run (or give --compare A B)")
@@ -144,7 +144,8 @@ def add_parser(sub: Any, *, connection_options: Callable[..., None], parser_clas
     a.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table")
 
 
-def _seconds(text: str) -> float:
+def seconds(text: str) -> float:
+    """An argparse type: a positive number of seconds."""
     try:
         value = float(text)
     except ValueError:

@@ -23,6 +23,7 @@ from typing import Any, Final
 import yaml
 
 from stortune.cli import sync
+from stortune.cli.bench import seconds
 from stortune.cli.client import JSON, Client
 from stortune.cli.manifests import Manifest
 from stortune.cli.render import Cell, Output, Row
@@ -74,7 +75,7 @@ def add_parser(sub: Any, *, connection_options: Callable[..., None], parser_clas
                    help="show the hosts, devices and trial plan; run nothing")
     a.add_argument("-o", "--output", choices=("table", "yaml", "json"), default="table",
                    help="json|yaml: the experiment with its evidence on stdout, progress on stderr")
-    a.add_argument("--poll", type=_seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
+    a.add_argument("--poll", type=seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
 
     a = action("list", "experiments, newest first")
     a.add_argument("--name", help="metadata.name")
@@ -90,7 +91,7 @@ def add_parser(sub: Any, *, connection_options: Callable[..., None], parser_clas
     a.add_argument("id")
     a.add_argument("--wait", action=argparse.BooleanOptionalAction, default=True,
                    help="wait until every host is back (default: --wait)")
-    a.add_argument("--poll", type=_seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
+    a.add_argument("--poll", type=seconds, default=POLL_SECONDS, help=argparse.SUPPRESS)
 
     a = action("plot", "a chart of an experiment, PNG or SVG by the file's suffix")
     a.add_argument("id")
@@ -103,16 +104,6 @@ def add_parser(sub: Any, *, connection_options: Callable[..., None], parser_clas
     a.add_argument("id")
     a.add_argument("-o", "--output", metavar="FILE", help="write it to FILE (default: stdout)")
     a.add_argument("--apply", action="store_true", help="also create or update it on the control plane")
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0")
-    return value
 
 
 def command(args: argparse.Namespace, client: Client, out: Output) -> int:
