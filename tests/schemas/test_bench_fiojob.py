@@ -88,3 +88,9 @@ def test_fio_accepts_every_rendered_job(tmp_path: Path) -> None:
                               timeout=30, check=False)
         assert proc.returncode == 0, f"{step.name}: {proc.stdout}{proc.stderr}"
     assert not (tmp_path / "never-created").exists()
+
+
+def test_a_per_job_step_reports_each_job() -> None:
+    step = presets.expand("stream-32k", "s", presets.Overrides(runtime=5), TargetFacts())[0]
+    assert options(render(step, DISK))["group_reporting"] == "1"
+    assert "group_reporting" not in options(render(step.model_copy(update={"per_job": True}), DISK))

@@ -14,10 +14,12 @@ from pydantic import BaseModel
 
 from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.profile import StorageProfile
+from stortune.schemas.tuning.experiment import TuningExperiment
 
 DOCUMENTS: dict[str, type[BaseModel]] = {
     "storageprofile.schema.json": StorageProfile,
     "benchmarkspec.schema.json": BenchmarkSpec,
+    "tuningexperiment.schema.json": TuningExperiment,
 }
 
 

@@ -1,9 +1,11 @@
 """Render a concrete step as a fio job file: text in fio's ini syntax, nothing else.
 
 Every job file has ``group_reporting``, so one step yields one result entry
-whatever its numjobs. Sequential jobs of one step get disjoint regions
-(``offset_increment``), as iozone's threads each have their own file, so they
-do not read each other's cached pages.
+whatever its numjobs, unless the step asks for each job's figures (``per_job``:
+fairness across concurrent jobs); the result adds the jobs up either way.
+Sequential jobs of one step get disjoint regions (``offset_increment``), as
+iozone's threads each have their own file, so they do not read each other's
+cached pages.
 """
 
 from __future__ import annotations
@@ -99,7 +101,8 @@ def render(step: WorkloadStep, target: FioTarget) -> str:
         opts += [("norandommap", 1), ("randrepeat", 0)]
     if target.is_file and step.fresh_file:
         opts.append(("fallocate", "none"))  # the write itself allocates, as iozone's does
-    opts.append(("group_reporting", 1))
+    if not step.per_job:
+        opts.append(("group_reporting", 1))
     section = _SECTION.sub("_", step.name)
     lines = [f"; stortune step {step.name} (workload {step.workload}"
              f"{', preset ' + step.preset if step.preset else ''})", "[global]"]

@@ -77,6 +77,10 @@ _Threshold = Annotated[
 ]
 
 
+_PER_JOB = ("Report each concurrent job's figures apart (fairness across jobs); the step's figures"
+            " still add them up")
+
+
 class _Doc(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -169,6 +173,7 @@ class Workload(_Doc):
     runtime: Duration | None = Field(default=None, gt=0, description="Run this long (time based)")
     rampTime: Duration = Field(default=0.0, ge=0)
     repeats: StrictInt | None = Field(default=None, ge=1, le=100)
+    perJob: StrictBool = Field(default=False, description=_PER_JOB)
 
     @field_validator("name")
     @classmethod
@@ -208,7 +213,7 @@ class Workload(_Doc):
             ioengine=self.ioengine or ("libaio" if self.direct else "psync"), size=self.size,
             runtime=self.runtime, time_based=self.runtime is not None, ramp_time=self.rampTime,
             repeats=self.repeats or repeats,
-            end_fsync=self.pattern in WRITING_PATTERNS and not self.direct,
+            end_fsync=self.pattern in WRITING_PATTERNS and not self.direct, per_job=self.perJob,
         )
 
 
@@ -223,6 +228,7 @@ class PresetRef(_Doc):
     rampTime: Duration | None = Field(default=None, ge=0)
     direct: StrictBool | None = None
     repeats: StrictInt | None = Field(default=None, ge=1, le=100)
+    perJob: StrictBool = Field(default=False, description=_PER_JOB)
 
     @field_validator("name")
     @classmethod
@@ -236,7 +242,8 @@ class PresetRef(_Doc):
     def steps(self, facts: TargetFacts, repeats: int) -> list[WorkloadStep]:
         ov = Overrides(size=self.size, runtime=self.runtime, ramp_time=self.rampTime,
                        direct=self.direct, repeats=self.repeats or repeats)
-        return presets.expand(self.preset, self.label, ov, facts)
+        steps = presets.expand(self.preset, self.label, ov, facts)
+        return [s.model_copy(update={"per_job": True}) for s in steps] if self.perJob else steps
 
 
 def _workload_kind(value: Any) -> str:

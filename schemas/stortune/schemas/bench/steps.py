@@ -65,6 +65,9 @@ class WorkloadStep(_Model):
     end_fsync: bool = False
     #: A file target is removed before the step, so the write allocates anew.
     fresh_file: bool = False
+    #: fio reports each job apart (no group_reporting), so fairness across jobs can be judged;
+    #: the step's figures still add the jobs up.
+    per_job: bool = False
 
     @property
     def writes(self) -> bool:

@@ -1,0 +1,230 @@
+"""The experiment engine: ask for a trial, tell it what the trial measured, read the outcome.
+
+Pure and replayable: what ``next()`` asks for is a function of the spec, the baseline, the
+seed and the measurements recorded, so a restarted control plane rebuilds the engine from
+the stored measurements and continues where it stopped, with no trial lost or run twice.
+
+The order of a run:
+1. the baseline (the values in effect before), ``repeats.min`` runs;
+2. the strategy's points, ``repeats.min`` runs each (a failed run is retried once; a point
+   that fails twice is given up); the budget keeps ``repeats.min`` runs for step 4;
+3. adaptive repeats: one more run of the leader or the runner-up (whichever has fewer)
+   until the noise rule separates them or both reached ``repeats.max``;
+4. the baseline again (``baseline-end``): if it moved beyond the noise, the result is
+   flagged unreliable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stortune.schemas.tuning import evidence
+from stortune.schemas.tuning.evidence import MAX_FAILURES, Outcome, TrialSummary
+from stortune.schemas.tuning.experiment import MemoryBound, TuningSpec
+from stortune.schemas.tuning.space import Measurement, Point, Purpose, TrialRequest, describe, point_key
+from stortune.schemas.tuning.strategies import Bayesian, Dimension, Grid, OneAtATime, Strategy, Tried
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Progress(_Model):
+    done: int = Field(description="Trials recorded (failed ones included)")
+    total_estimate: int
+    leader: Point | None = None
+    leader_mean: float | None = None
+    margin_pct: float | None = Field(default=None, description="Leader against the runner-up, in %")
+    best_so_far: list[float | None] = Field(
+        default_factory=list, description="The best feasible mean after each trial")
+
+
+def dimensions(spec: TuningSpec, members: int = 1) -> list[Dimension]:
+    """Each parameter's values, without those a memory bound rules out before any run."""
+    bounds = [c.memory for c in spec.constraints if isinstance(c, MemoryBound)]
+    dims = []
+    for p in spec.parameters:
+        choices = p.choices()
+        if p.tunable == "stripe_cache_size" and bounds:
+            choices = [v for v in choices
+                       if evidence.memory_cost({p.tunable: v}, members) <= min(bounds)]
+        dims.append(Dimension(p.key, tuple(choices)))
+    return dims
+
+
+def make_strategy(spec: TuningSpec, baseline: Point, seed: int, members: int = 1) -> Strategy:
+    dims = dimensions(spec, members)
+    maximize = spec.objective.maximize
+    if spec.strategy == "grid":
+        return Grid(dims)
+    if spec.strategy == "bayesian":
+        reserve = 2 * spec.repeats.min
+        return Bayesian(dims, maximize, seed, max(1, (spec.budget.trials - reserve) // spec.repeats.min))
+    return OneAtATime(dims, baseline, maximize)
+
+
+class Engine:
+    def __init__(self, spec: TuningSpec, baseline: Point, history: Sequence[Measurement] = (),
+                 seed: int = 0, members: int = 1) -> None:
+        missing = [k for k in spec.keys if k not in baseline]
+        if missing:
+            raise ValueError(f"the baseline gives no value for {', '.join(missing)}")
+        self.spec = spec
+        self.baseline: Point = {k: baseline[k] for k in spec.keys}
+        self.seed = seed
+        self.members = members
+        self.strategy = make_strategy(spec, self.baseline, seed, members)
+        self.measurements: list[Measurement] = []
+        self.finished_reason: str | None = None
+        self._cut: str | None = None  # why the search stopped early (a budget)
+        for m in history:
+            self.record(m)
+
+    # -- telling ------------------------------------------------------------------
+    def record(self, m: Measurement) -> None:
+        """A trial's measurement; one already recorded (same index and point) is ignored."""
+        if set(m.point) != set(self.spec.keys):
+            raise ValueError(f"measurement {m.index} is of {describe(m.point)}, not a point of this"
+                             f" experiment ({', '.join(self.spec.keys)})")
+        if m.index < len(self.measurements):
+            had = self.measurements[m.index]
+            if point_key(had.point) != point_key(m.point) or had.purpose != m.purpose:
+                raise ValueError(f"trial {m.index} was already recorded, of {describe(had.point)}")
+            return
+        if m.index > len(self.measurements):
+            raise ValueError(f"trial {m.index} recorded before trial {len(self.measurements)}")
+        self.measurements.append(m)
+
+    # -- asking -------------------------------------------------------------------
+    def _runs(self, point: Point, *, end: bool = False) -> list[Measurement]:
+        key = point_key(point)
+        return [m for m in self.measurements
+                if point_key(m.point) == key and (m.purpose == "baseline-end") == end]
+
+    def _complete(self, runs: Sequence[Measurement], wanted: int) -> bool:
+        ok = sum(1 for m in runs if m.ok)
+        return ok >= wanted or len(runs) - ok >= MAX_FAILURES
+
+    def _request(self, point: Point, purpose: Purpose, reason: str) -> TrialRequest:
+        return TrialRequest(index=len(self.measurements), point=dict(point), purpose=purpose,
+                            total_estimate=self.total_estimate(), reason=reason)
+
+    def _summaries(self) -> list[TrialSummary]:
+        return evidence.by_point(self.spec, self.measurements, self.members)
+
+    def _tried(self, summaries: Sequence[TrialSummary]) -> list[Tried]:
+        return [Tried(point=s.point, mean=s.mean, feasible=s.feasible) for s in summaries]
+
+    def next(self, elapsed_s: float | None = None) -> TrialRequest | None:
+        """The next trial to run, or None when the experiment is finished (see ``finished_reason``)."""
+        if self.finished_reason is not None:
+            return None
+        spec, lo = self.spec, self.spec.repeats.min
+        used = len(self.measurements)
+        if used >= spec.budget.trials:
+            return self._finish("budget-trials")
+        start = self._runs(self.baseline)
+        base_runs = [m for m in start if m.purpose == "baseline"]
+        if not self._complete(base_runs, lo):
+            return self._request(self.baseline, "baseline", f"the current settings, run {len(base_runs) + 1}")
+        if not any(m.ok for m in base_runs):
+            return self._finish("baseline-failed")
+        ended = any(m.purpose == "baseline-end" for m in self.measurements)
+        if not ended and self._cut is None:
+            limit = spec.budget.duration
+            if limit is not None and elapsed_s is not None and elapsed_s >= limit:
+                self._cut = "budget-duration"
+            elif used >= spec.budget.trials - lo:
+                self._cut = "budget-trials"
+            else:
+                req = self._search()
+                if req is not None:
+                    return req
+        end = self._runs(self.baseline, end=True)
+        if not self._complete(end, lo):
+            return self._request(self.baseline, "baseline-end",
+                                 f"the current settings again, to check nothing drifted (run {len(end) + 1})")
+        return self._finish(self._cut or "done")
+
+    def _finish(self, reason: str) -> TrialRequest | None:
+        self.finished_reason = reason
+        return None
+
+    def _search(self) -> TrialRequest | None:
+        lo = self.spec.repeats.min
+        # A point under way is measured to the end of its repeats before anything else.
+        last = next((m for m in reversed(self.measurements) if m.purpose in ("explore", "repeat")), None)
+        if last is not None and last.purpose == "explore":
+            runs = self._runs(last.point)
+            explore = [m for m in runs if m.purpose == "explore"]
+            if not self._complete(explore, lo):
+                return self._request(last.point, "explore", f"{describe(last.point)}, run {len(explore) + 1}")
+        summaries = self._summaries()
+        if not any(m.purpose == "repeat" for m in self.measurements):
+            point = self.strategy.propose(self._tried(summaries))
+            if point is not None:
+                return self._request(point, "explore", f"{describe(point)} ({self.spec.strategy})")
+        return self._refine(summaries)
+
+    def _refine(self, summaries: Sequence[TrialSummary]) -> TrialRequest | None:
+        """One more run of the leader or the runner-up, until the noise rule separates them."""
+        order = [s for s in evidence.ranked(self.spec, summaries) if not self._gave_up(s.point)]
+        if len(order) < 2:
+            return None
+        leader, runner = order[0], order[1]
+        d = evidence.compare(self.spec, runner.values, leader.values)
+        if d.significant:
+            return None
+        hi = self.spec.repeats.max
+        pick = leader if leader.n <= runner.n else runner
+        if pick.n >= hi:
+            pick = runner if pick is leader else leader
+        if pick.n >= hi:
+            return None
+        role = "leader" if pick is leader else "runner-up"
+        return self._request(pick.point, "repeat",
+                             f"{describe(pick.point)} ({role}, run {pick.n + 1}): the leader is"
+                             f" {d.delta_pct or 0:+.1f}% from the runner-up, inside the noise"
+                             f" ({d.noise_text()})")
+
+    def _gave_up(self, point: Point) -> bool:
+        runs = [m for m in self._runs(point) if m.purpose == "repeat"]
+        return sum(1 for m in runs if not m.ok) >= MAX_FAILURES
+
+    # -- reading ------------------------------------------------------------------
+    def total_estimate(self) -> int:
+        lo, hi = self.spec.repeats.min, self.spec.repeats.max
+        estimate = 2 * lo + self.strategy.estimate() * lo + 2 * (hi - lo)
+        return max(len(self.measurements), min(self.spec.budget.trials, estimate))
+
+    def progress(self) -> Progress:
+        summaries = self._summaries()
+        order = evidence.ranked(self.spec, summaries)
+        margin = None
+        if len(order) >= 2:
+            margin = evidence.compare(self.spec, order[1].values, order[0].values).delta_pct
+        return Progress(done=len(self.measurements), total_estimate=self.total_estimate(),
+                        leader=order[0].point if order else None,
+                        leader_mean=order[0].mean if order else None, margin_pct=margin,
+                        best_so_far=self.best_so_far())
+
+    def best_so_far(self) -> list[float | None]:
+        out: list[float | None] = []
+        best: float | None = None
+        for i in range(len(self.measurements)):
+            # Means as they stood after trial i (points that were complete or not).
+            summaries = evidence.by_point(self.spec, self.measurements[: i + 1], self.members)
+            order = evidence.ranked(self.spec, summaries)
+            best = order[0].mean if order else None
+            out.append(best)
+        return out
+
+    def outcome(self) -> Outcome:
+        return evidence.outcome(self.spec, self.baseline, self.measurements, self.members,
+                                self.finished_reason)
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_reason is not None

@@ -1,0 +1,437 @@
+"""The TuningExperiment document (apiVersion stortune/v1): which settings to vary, how, and to what end.
+
+An experiment names the hosts and the device (the profile matcher), the workload (as a
+BenchmarkSpec's), one objective metric and optional constraints, the parameters (catalog
+tunables on the target or on the devices beneath it, with explicit values or a range), a
+search strategy, adaptive repeats and a budget. Everything is checked against the catalog
+when the document is read; what depends on the chosen device (a scheduler the kernel offers,
+a tunable of the device's kind) is checked by ``check_against_device`` at submission.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictInt,
+    Tag,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
+
+from stortune.schemas import catalog, sizes
+from stortune.schemas.bench import metrics
+from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, Target, WorkloadItem
+from stortune.schemas.bench.steps import TargetFacts
+from stortune.schemas.catalog import TunableValueError, Value
+from stortune.schemas.documents import DocumentError, Problem, load_yaml_documents, validation_problems
+from stortune.schemas.patterns import glob_matches
+from stortune.schemas.profile import API_VERSION, Glob, LabelSelector, Match, Metadata
+
+KIND = "TuningExperiment"
+#: Points a grid may hold (the product of the parameters' value counts); the control plane
+#: has a setting that lowers it.
+MAX_GRID = 4096
+#: Values one parameter may list, or a range may expand to.
+MAX_VALUES = 256
+MAX_PARAMETERS = 16
+#: The longest experiment text read (YAML or JSON).
+MAX_DOCUMENT_BYTES = 1 << 20
+#: Parameter key of a tunable set on the devices beneath the target.
+BENEATH = "@beneath"
+
+Strategy = Literal["one-at-a-time", "grid", "bayesian"]
+Goal = Literal["maximize", "minimize"]
+#: A sub-path a validator puts before its message ("@values[3] ...") to name the item at fault.
+_SUBPATH = re.compile(r"^@((?:\.?[A-Za-z]+|\[\d+\])+) ")
+
+Size = Annotated[int, BeforeValidator(sizes.parse_size), WithJsonSchema(sizes.json_schema(
+    "Bytes, or with a unit: 512MiB, 2G (docs/profiles.md, Sizes)"))]
+_Percent = Annotated[float, WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}],
+                                            "description": "Percent: 10 or 10%"})]
+
+
+class _Doc(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _metric(name: str) -> str:
+    metrics.get(name)
+    return name
+
+
+class ValueRange(_Doc):
+    """Integers from min to max in ``steps`` points, evenly spaced or on a log scale."""
+
+    min: StrictInt = Field(ge=0)
+    max: StrictInt = Field(ge=0)
+    scale: Literal["linear", "log"] = "linear"
+    steps: StrictInt = Field(default=5, ge=2, le=MAX_VALUES)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ValueRange:
+        if self.min >= self.max:
+            raise ValueError(f"min {self.min} must be below max {self.max}")
+        if self.scale == "log" and self.min < 1:
+            raise ValueError("a log scale starts at 1 or more (min)")
+        return self
+
+    def points(self, multiple_of: int | None) -> list[int]:
+        """The integers, rounded to the tunable's multiple, deduplicated, ascending."""
+        out: list[int] = []
+        for i in range(self.steps):
+            frac = i / (self.steps - 1)
+            if self.scale == "log":
+                raw = math.exp(math.log(self.min) + frac * (math.log(self.max) - math.log(self.min)))
+            else:
+                raw = self.min + frac * (self.max - self.min)
+            value = round(raw)
+            if multiple_of:
+                value = max(multiple_of, round(value / multiple_of) * multiple_of) if value else 0
+            if value not in out:
+                out.append(value)
+        return out
+
+
+class Parameter(_Doc):
+    tunable: str = Field(description="A catalog tunable: " + ", ".join(sorted(
+        t.name for t in catalog.ordered() if t.scope == "device")))
+    at: Literal["target", "beneath"] = Field(
+        default="target", description="On the target device, or on every device beneath it"
+                                      " (the md members' scheduler)")
+    values: list[StrictInt | str] | None = Field(default=None, min_length=1, max_length=MAX_VALUES)
+    range: ValueRange | None = None
+
+    @field_validator("tunable")
+    @classmethod
+    def _tunable(cls, v: str) -> str:
+        if v not in catalog.CATALOG:
+            raise ValueError(f"unknown tunable {v[:80]!r}; known: {', '.join(sorted(catalog.CATALOG))}")
+        if catalog.get(v).scope != "device":
+            raise ValueError(f"{v} is host-wide; an experiment varies device tunables")
+        return v
+
+    @model_validator(mode="after")
+    def _values(self) -> Parameter:
+        if (self.values is None) == (self.range is None):
+            raise ValueError("give exactly one of values (a list) or range {min, max, scale, steps}")
+        tunable = catalog.get(self.tunable)
+        if self.range is not None:
+            if isinstance(tunable, catalog.ChoiceTunable):
+                raise ValueError(f"@range {self.tunable} takes names; list them under values")
+            for i, value in enumerate(self.range.points(tunable.multiple_of)):
+                try:
+                    tunable.validate(value)
+                except TunableValueError as exc:
+                    raise ValueError(f"@range expands to {value} (point {i + 1}), which {exc}") from None
+            return self
+        seen: set[Value] = set()
+        for i, item in enumerate(self.values or []):
+            try:
+                checked: Value = tunable.validate(item)
+            except TunableValueError as exc:
+                raise ValueError(f"@values[{i}] {self.tunable} {exc}") from None
+            if checked in seen:
+                raise ValueError(f"@values[{i}] {checked!r} is listed twice")
+            seen.add(checked)
+        return self
+
+    @property
+    def key(self) -> str:
+        """The name of this parameter in a point: the tunable, with ``@beneath`` when beneath."""
+        return self.tunable + (BENEATH if self.at == "beneath" else "")
+
+    def choices(self) -> list[Value]:
+        """The values tried, in order."""
+        if self.range is not None:
+            return list(self.range.points(catalog.get(self.tunable).multiple_of))
+        return list(self.values or [])
+
+
+class Objective(_Doc):
+    metric: str = Field(json_schema_extra={"enum": list(metrics.METRICS)})
+    goal: Goal | None = Field(default=None, description="Default: the metric's better direction")
+    step: Glob = Field(default="*", description="Glob over step names; the run's value is the mean"
+                                                " over the steps it matches")
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        return _metric(v)
+
+    @property
+    def maximize(self) -> bool:
+        if self.goal is None:
+            return metrics.get(self.metric).higher_is_better
+        return self.goal == "maximize"
+
+
+class MetricBound(_Doc):
+    """Another metric's bound, on the mean of a point's repeats."""
+
+    metric: str = Field(json_schema_extra={"enum": list(metrics.METRICS)})
+    step: Glob = "*"
+    min: float | None = None
+    max: float | None = None
+
+    @field_validator("metric")
+    @classmethod
+    def _known(cls, v: str) -> str:
+        return _metric(v)
+
+    @field_validator("min", "max", mode="before")
+    @classmethod
+    def _value(cls, v: object, info: ValidationInfo) -> float | None:
+        if v is None:
+            return None
+        name = info.data.get("metric")
+        if name is None:
+            raise ValueError("cannot read the bound without a valid metric")
+        # Twelve digits: the unit conversion's last bit would not survive document() and back.
+        return float(f"{metrics.get(name).parse(v):.12g}")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> MetricBound:
+        if self.min is None and self.max is None:
+            raise ValueError("give min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError("min is larger than max")
+        return self
+
+
+def _percent(value: object) -> float:
+    if isinstance(value, str) and value.strip().endswith("%"):
+        value = value.strip()[:-1]
+    if isinstance(value, bool) or not isinstance(value, int | float | str) or (
+            isinstance(value, str) and len(value) > 32):
+        raise ValueError(f"{value!r:.40} is not a percentage like 10 or 10%")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{value!r:.40} is not a percentage like 10 or 10%") from None
+    if not 0 < number <= 1000:
+        raise ValueError(f"{value!r:.40} must be above 0% and at most 1000%")
+    return number
+
+
+class Fairness(_Doc):
+    """How evenly concurrent jobs are served: the CV of per-job bandwidth across them."""
+
+    fairness: Literal["read_bandwidth", "write_bandwidth", "total_bandwidth"]
+    maxCV: Annotated[_Percent, BeforeValidator(_percent)] = Field(
+        description="Largest coefficient of variation of per-job bandwidth, in %")
+    step: Glob = "*"
+
+
+class MemoryBound(_Doc):
+    """RAM the candidate settings may cost: stripe_cache_size x 4 KiB x member disks."""
+
+    memory: Size = Field(gt=0)
+
+
+def _constraint_kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "fairness" if "fairness" in value else "memory" if "memory" in value else "metric"
+    return "fairness" if isinstance(value, Fairness) else "memory" if isinstance(value, MemoryBound) \
+        else "metric"
+
+
+Constraint = Annotated[
+    Annotated[MetricBound, Tag("metric")] | Annotated[Fairness, Tag("fairness")]
+    | Annotated[MemoryBound, Tag("memory")],
+    Discriminator(_constraint_kind),
+]
+
+
+class Repeats(_Doc):
+    min: StrictInt = Field(default=2, ge=1, le=20, description="Runs of every point tried")
+    max: StrictInt = Field(default=5, ge=1, le=50, description="Runs of the leading points at most")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Repeats:
+        if self.max < self.min:
+            raise ValueError(f"max {self.max} is below min {self.min}")
+        return self
+
+
+class Budget(_Doc):
+    trials: StrictInt = Field(default=100, ge=2, le=10_000,
+                              description="Benchmark runs in all, failed ones and both baselines included")
+    duration: Duration | None = Field(default=None, gt=0, description="Wall time for the search")
+
+
+class ExperimentTarget(_Doc):
+    device: Match = Field(description="The one device to tune, chosen like a profile rule's match")
+
+
+class TuningSpec(_Doc):
+    hostSelector: LabelSelector | None = Field(
+        default=None, description="Hosts to run on (the control plane); optional for local runs")
+    maxHosts: StrictInt = Field(default=1, ge=1, le=64)
+    target: ExperimentTarget
+    workloads: list[WorkloadItem] = Field(min_length=1, max_length=64)
+    objective: Objective
+    constraints: list[Constraint] = Field(default_factory=list, max_length=16)
+    parameters: list[Parameter] = Field(min_length=1, max_length=MAX_PARAMETERS)
+    strategy: Strategy = "one-at-a-time"
+    repeats: Repeats = Field(default_factory=Repeats)
+    budget: Budget = Field(default_factory=Budget)
+    applyResult: StrictBool = Field(default=False, description="Leave the winner applied at the end")
+    seed: StrictInt = Field(default=0, ge=0, le=2**31 - 1, description="Seed of the bayesian search")
+
+    @model_validator(mode="after")
+    def _coherent(self, info: ValidationInfo) -> TuningSpec:
+        seen: dict[str, int] = {}
+        for i, p in enumerate(self.parameters):
+            if p.key in seen:
+                raise ValueError(f"@parameters[{i}].tunable {p.tunable} ({p.at}) is also"
+                                 f" parameters[{seen[p.key]}]")
+            seen[p.key] = i
+            kinds = catalog.get(p.tunable).applies_to
+            if p.at == "target" and self.target.device.kind and not kinds & set(self.target.device.kind):
+                raise ValueError(
+                    f"@parameters[{i}].tunable {p.tunable} applies to"
+                    f" {sorted(k.value for k in kinds)}, none of target.device.kind"
+                    f" {[k.value for k in self.target.device.kind]}")
+        least = 3 * self.repeats.min
+        if self.budget.trials < least:
+            raise ValueError(f"@budget.trials {self.budget.trials} leaves no room for a search: the baseline"
+                             f" at both ends and one point take {least} ({self.repeats.min} runs each)")
+        limit = (info.context or {}).get("max_grid", MAX_GRID)
+        size = grid_size(self.parameters)
+        if size > limit:
+            counts = " x ".join(str(len(p.choices())) for p in self.parameters)
+            raise ValueError(f"@parameters the grid holds {counts} = {size} points; at most {limit}:"
+                             " fewer values or parameters")
+        steps = self.bench_body(writes=True).steps(TargetFacts())
+        names = [s.name for s in steps]
+        writing = [s.name for s in steps if s.writes]
+        if writing:
+            raise ValueError(f"@workloads {', '.join(writing[:4])} write to the device, destroying its"
+                             " contents: an experiment runs read workloads only")
+        globs: list[tuple[str, str]] = [("objective.step", self.objective.step)]
+        globs += [(f"constraints[{i}].step", c.step) for i, c in enumerate(self.constraints)
+                  if isinstance(c, MetricBound | Fairness)]
+        for path, glob in globs:
+            if not any(glob_matches(glob, n) for n in names):
+                raise ValueError(f"@{path} {glob!r} matches no step; steps are {', '.join(names)}")
+        for i, c in enumerate(self.constraints):
+            if isinstance(c, MemoryBound) and not any(p.tunable == "stripe_cache_size"
+                                                      for p in self.parameters):
+                raise ValueError(f"@constraints[{i}].memory bounds stripe_cache_size's RAM, which no"
+                                 " parameter varies")
+        return self
+
+    def bench_body(self, *, per_job: bool = False, writes: bool = False) -> BenchmarkSpecBody:
+        """The benchmark each trial runs (one repeat: repeats are the engine's); ``writes`` only
+        to list the steps of a document still being checked."""
+        workloads = [w.model_copy(update={"repeats": None, "perJob": per_job or w.perJob})
+                     for w in self.workloads]
+        return BenchmarkSpecBody(target=Target(device=self.target.device), workloads=workloads, repeats=1,
+                                 allowDestructive=writes)
+
+    @property
+    def fairness(self) -> list[Fairness]:
+        return [c for c in self.constraints if isinstance(c, Fairness)]
+
+    @property
+    def keys(self) -> list[str]:
+        return [p.key for p in self.parameters]
+
+
+def grid_size(parameters: Sequence[Parameter]) -> int:
+    return math.prod(len(p.choices()) for p in parameters)
+
+
+def grid(parameters: Sequence[Parameter]) -> list[dict[str, Value]]:
+    """Every point, the first parameter varying slowest."""
+    keys = [p.key for p in parameters]
+    return [dict(zip(keys, combo, strict=True))
+            for combo in itertools.product(*(p.choices() for p in parameters))]
+
+
+class TuningExperiment(_Doc):
+    apiVersion: Literal["stortune/v1"] = "stortune/v1"
+    kind: Literal["TuningExperiment"] = "TuningExperiment"
+    metadata: Metadata
+    spec: TuningSpec
+    status: SkipJsonSchema[dict[str, Any] | None] = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def document(self) -> dict[str, Any]:
+        """Canonical JSON form; parses back to an equal experiment."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# -- reading -------------------------------------------------------------------------
+_TAGS = ("preset", "workload", "metric", "fairness", "memory")
+
+
+def _problems(exc: ValidationError, where: str) -> list[Problem]:
+    """Field paths without pydantic's union tags, with a validator's ``@sub.path`` moved into the path."""
+    out = []
+    for problem in validation_problems(exc, where):
+        path, message = problem.path, problem.message
+        for tag in _TAGS:
+            path = re.sub(rf"((?:workloads|constraints)\[\d+\])\.{tag}(?=\.|$)", r"\1", path, count=1)
+        m = _SUBPATH.match(message)
+        if m:
+            sub = m.group(1)
+            path = (path + ("" if sub.startswith("[") else ".") + sub) if path else sub
+            message = message[m.end():]
+        out.append(Problem(problem.where, path, message))
+    return out
+
+
+def parse_experiment(data: Any, where: str = "document", *, max_grid: int = MAX_GRID) -> TuningExperiment:
+    """A TuningExperiment from decoded YAML/JSON; ``DocumentError`` naming each field at fault."""
+    if not isinstance(data, dict):
+        raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
+    kind, api = data.get("kind"), data.get("apiVersion")
+    if kind != KIND:
+        raise DocumentError([Problem(where, "kind", f"{kind!r:.80} is not a {KIND} document")])
+    if api != API_VERSION:
+        raise DocumentError([Problem(where, "apiVersion", f"{api!r:.80}; expected {API_VERSION!r}")])
+    try:
+        return TuningExperiment.model_validate(data, context={"max_grid": max_grid})
+    except ValidationError as exc:
+        meta = data.get("metadata")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        label = f"{where} ({KIND}/{name})" if isinstance(name, str) and len(name) <= 253 else where
+        raise DocumentError(_problems(exc, label)) from None
+
+
+def load_experiments(text: str, source: str = "<input>", *, max_grid: int = MAX_GRID
+                     ) -> list[TuningExperiment]:
+    """Every TuningExperiment of a multi-document YAML text; all problems reported at once."""
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_DOCUMENT_BYTES:
+        raise DocumentError([Problem(source, "", f"longer than {MAX_DOCUMENT_BYTES} bytes; an experiment"
+                                                 " is a few kilobytes")])
+    out: list[TuningExperiment] = []
+    problems: list[Problem] = []
+    for where, data in load_yaml_documents(text, source):
+        try:
+            out.append(parse_experiment(data, where, max_grid=max_grid))
+        except DocumentError as exc:
+            problems.extend(exc.problems)
+    if not out and not problems:
+        problems.append(Problem(source, "", f"holds no {KIND} document"))
+    if problems:
+        raise DocumentError(problems)
+    return out

@@ -1,0 +1,97 @@
+"""How a trial's values reach the device: a profile laid over the host's desired profiles.
+
+``overlay_profile`` makes a StorageProfile named ``tune-<experiment>`` with the highest
+priority there is, whose rules match the target (and the devices beneath it) by kernel
+name. Applied together with the host's desired profiles it makes the trial values win
+through the one transactional, journaled apply every profile goes through; applying the
+desired profiles alone afterwards puts everything back (the planner restores originals).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stortune.schemas import catalog
+from stortune.schemas.catalog import Value
+from stortune.schemas.documents import DocumentError, parse_profile
+from stortune.schemas.profile import StorageProfile, is_name
+from stortune.schemas.topology import Device
+from stortune.schemas.tuning.experiment import BENEATH
+
+#: Annotation naming the experiment a profile comes from.
+EXPERIMENT_ANNOTATION = "stortune.io/experiment"
+#: The highest priority a profile may have: the overlay's. At equal priority the name sorting
+#: first wins, so a desired profile at this priority could still win (``overlay_conflicts``).
+OVERLAY_PRIORITY = 1000
+_PREFIX = "tune-"
+
+
+def profile_name(experiment: str, prefix: str = _PREFIX) -> str:
+    """``tune-<experiment>``, shortened with a hash when it would exceed a name's 253 characters."""
+    name = prefix + experiment
+    if len(name) <= 253 and is_name(name):
+        return name
+    digest = hashlib.sha256(experiment.encode()).hexdigest()[:10]
+    return f"{prefix}{experiment[: 253 - len(prefix) - 11].rstrip('-.')}-{digest}"
+
+
+def glob_literal(text: str) -> str:
+    """A glob matching exactly ``text`` (its ``*``, ``?`` and ``[`` bracketed)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def split_point(point: Mapping[str, Value]) -> tuple[dict[str, Value], dict[str, Value]]:
+    """(settings on the target, settings on the devices beneath) of a point."""
+    target = {k: v for k, v in point.items() if not k.endswith(BENEATH)}
+    beneath = {k.removesuffix(BENEATH): v for k, v in point.items() if k.endswith(BENEATH)}
+    return target, beneath
+
+
+def _rules(point: Mapping[str, Value], target: Device, beneath: Sequence[Device]) -> list[dict[str, Any]]:
+    on_target, on_beneath = split_point(point)
+    rules: list[dict[str, Any]] = []
+    if on_target:
+        rules.append({"name": "target", "match": {"kind": [target.kind.value],
+                                                   "name": [glob_literal(target.name)]},
+                      "settings": on_target})
+    if on_beneath:
+        # Each device beneath takes the settings that apply to its kind (a partition has no scheduler).
+        for kind in sorted({d.kind for d in beneath}, key=lambda k: k.value):
+            settings = {k: v for k, v in on_beneath.items() if kind in catalog.get(k).applies_to}
+            names = [glob_literal(d.name) for d in beneath if d.kind is kind]
+            if settings:
+                rules.append({"name": f"beneath-{kind.value}", "match": {"kind": [kind.value], "name": names},
+                              "settings": settings})
+        if len(rules) == (1 if on_target else 0):
+            raise ValueError(f"none of the devices beneath {target.name} takes"
+                             f" {', '.join(sorted(on_beneath))}")
+    return rules
+
+
+def overlay_profile(experiment_name: str, point: Mapping[str, Value], target: Device,
+                    beneath: Sequence[Device] = ()) -> StorageProfile:
+    """The profile that sets ``point`` on ``target`` (and beneath it) above every other profile."""
+    rules = _rules(point, target, beneath)
+    if not rules:
+        raise ValueError("the point sets nothing")
+
+    document = {
+        "apiVersion": "stortune/v1", "kind": "StorageProfile",
+        "metadata": {"name": profile_name(experiment_name),
+                     "annotations": {EXPERIMENT_ANNOTATION: experiment_name}},
+        "spec": {"priority": OVERLAY_PRIORITY, "rules": rules},
+    }
+    try:
+        return parse_profile(document, f"overlay of experiment {experiment_name}")
+    except DocumentError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def overlay_conflicts(overlay: StorageProfile, desired: Sequence[StorageProfile]) -> list[str]:
+    """Desired profiles that would beat the overlay (same top priority, a name sorting first):
+    the experiment would measure their values, not its own. Refuse to start on any."""
+    return sorted(p.name for p in desired
+                  if p.spec.priority >= overlay.spec.priority and p.name < overlay.name
+                  and p.name != overlay.name)
