@@ -149,7 +149,8 @@ def main() -> int:
         print(f"  baseline           {r['baseline']} (reliable: {r['baseline_reliable']})")
         print(f"  recommendation     {r['recommendation']}"
               + (" (keep current)" if r["keep_current"] else "")
-              + ("" if gain is None else f"  gain {gain['pct']:+.1f}% [{gain['low']:+.1f}%, {gain['high']:+.1f}%]")
+              + ("" if gain is None
+                 else f"  gain {gain['pct']:+.1f}% [{gain['low']:+.1f}%, {gain['high']:+.1f}%]")
               + f"  significant: {r['significant']}")
         print(f"  effects            {r['effects_pct']}")
         print(f"  TuneD 4096         {tuned}")

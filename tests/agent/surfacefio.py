@@ -40,10 +40,11 @@ class SurfaceFio:
         self.response = response
         self.seen: list[dict[str, str]] = []
         self.template = json.loads(capture("fio-3.33-group-reporting.json"))
-        #: Set while a run is under way; a run holds until ``release`` when ``hold`` is set.
+        #: Set while a run is under way; from run number ``hold_at`` (1-based) on, each run
+        #: holds until ``release`` is set or the run is cancelled.
         self.running = threading.Event()
         self.release = threading.Event()
-        self.hold = False
+        self.hold_at: int | None = None
 
     def version(self) -> str:
         return "fio-3.33"
@@ -55,7 +56,8 @@ class SurfaceFio:
         if on_start is not None:
             on_start(2**22 + len(self.seen))  # above pid_max's default: no such process
         self.running.set()
-        while self.hold and not (self.release.is_set() or cancel.is_set()):
+        hold = self.hold_at is not None and len(self.seen) >= self.hold_at
+        while hold and not (self.release.is_set() or cancel.is_set()):
             cancel.wait(0.01)
         self.running.clear()
         doc = copy.deepcopy(self.template)

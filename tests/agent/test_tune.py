@@ -73,7 +73,7 @@ def tune_cli(host: Host, tmp_path: Path, doc: Any, *extra: str) -> int:
 
 
 def untouched(host: Host, tmp_path: Path) -> None:
-    assert host.queue("read_ahead_kb") == "128" and host.queue("scheduler") == "none"
+    assert host.queue("read_ahead_kb") == "128" and host.queue("scheduler").startswith("[none]")
     state = tmp_path / "state"
     assert not (state / "originals.json").exists() and not (state / "bench").exists()
     assert journal.experiment_running(state) is None and journal.abandoned_experiment(state) is None
@@ -92,7 +92,7 @@ BAD: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
         {"tunable": "scheduler", "values": ["none", "deadline-iosched"]}]), "spec.parameters[0].values[1]"),
     ("nothing beneath", lambda d: d["spec"].update(parameters=[
         {"tunable": "scheduler", "at": "beneath", "values": ["none", "mq-deadline"]}]), "spec.parameters[0]"),
-    ("no such device", lambda d: d["spec"].update(target={"device": {"kind": ["nvme"]}}),
+    ("no such device", lambda d: d["spec"].update(target={"device": {"kind": ["disk"]}}),
      "spec.target.device matches none"),
     ("wrong kind", lambda d: d.update(kind="StorageProfile"), "kind"),
 ]
@@ -110,15 +110,16 @@ def test_a_bad_experiment_is_exit_1_naming_the_field_and_nothing_runs(
     untouched(host, tmp_path)
 
 
-@pytest.mark.parametrize(("doc", "extra", "expected"), [
-    ("", (), "holds no TuningExperiment"),
-    ("a: [unclosed", (), "exp.yaml"),
-    ([experiment(), experiment()], (), "holds 2 experiments"),
-    (experiment(), ("--device", "sda"), "--device sda: no such block device"),
+@pytest.mark.parametrize(("case", "expected"), [
+    (("", ()), "holds no TuningExperiment"),
+    (("a: [unclosed", ()), "exp.yaml"),
+    (([experiment(), experiment()], ()), "holds 2 experiments"),
+    ((experiment(), ("--device", "sda")), "--device sda: no such block device"),
 ])
 def test_bad_files_and_options_are_exit_1_and_nothing_runs(
-        host: Host, tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: Any,
-        extra: tuple[str, ...], expected: str) -> None:
+        host: Host, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        case: tuple[Any, tuple[str, ...]], expected: str) -> None:
+    doc, extra = case
     assert tune_cli(with_node(host), tmp_path, doc, *extra) == 1
     err = capsys.readouterr().err
     assert expected in err and "Traceback" not in err, err
@@ -192,7 +193,8 @@ def test_apply_result_leaves_the_winner_applied_and_desired(host: Host, tmp_path
     assert saved is not None and [p.name for p in saved.profiles] == ["ra-sweep"]
 
 
-def test_the_host_belongs_to_the_experiment_while_it_runs_and_a_stop_ends_it(host: Host, tmp_path: Path) -> None:
+def test_the_host_belongs_to_the_experiment_while_it_runs_and_a_stop_ends_it(host: Host,
+                                                                              tmp_path: Path) -> None:
     state = tmp_path / "state"
     base = parse_profile({"apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": "base"},
                           "spec": {"rules": [{"name": "r", "match": {"kind": ["loop"]},
@@ -200,24 +202,23 @@ def test_the_host_belongs_to_the_experiment_while_it_runs_and_a_stop_ends_it(hos
     assert local.converge(host.fs, [base], state).ok
     stop = threading.Event()
     exp, fio = run_experiment(host, tmp_path, experiment(), stop=stop)
-    fio.hold = True
+    fio.hold_at = 3  # two trials measured, the third under way
     results: list[Any] = []
     runner = threading.Thread(target=lambda: results.append(exp.run()))
     runner.start()
     try:
         assert fio.running.wait(30)
+        while len(fio.seen) < 3:
+            assert runner.is_alive()
+            fio.running.wait(0.01)
         # The daemon's re-apply (another context than the experiment's) is refused meanwhile.
         with pytest.raises(ExperimentBusyError, match=f"experiment {exp.id} running"):
             contextvars.Context().run(daemon.converge, host.fs, state)
-        fio.release.set()
-        while len(fio.seen) < 3:
-            assert runner.is_alive()
-            threading.Event().wait(0.01)
-        fio.release.clear()
-        assert fio.running.wait(30)
-        stop.set()  # what SIGINT/SIGTERM do
+        # The third trial's value (the first explored) is in effect, the desired state under it.
+        assert host.queue("read_ahead_kb") == fio.seen[2]["read_ahead_kb"] == "0"
+        assert host.queue("nr_requests") == "64"
     finally:
-        stop.set()
+        stop.set()  # what SIGINT/SIGTERM do
         runner.join(60)
     (result,) = results
     assert result.finished == "interrupted" and len(result.trials) == 2  # the cut-short run is not one

@@ -8,6 +8,7 @@ stops fio and puts the settings back before the command exits.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -58,10 +59,8 @@ def state(tmp_path: Path) -> Iterator[Path]:
     path = tmp_path / "state"
     yield path
     for pid in processes_with(str(path)):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def start(tmp_path: Path, state: Path, doc: dict[str, Any]) -> subprocess.Popen[str]:

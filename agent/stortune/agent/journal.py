@@ -232,12 +232,14 @@ def lock(state_dir: str | Path, *, timeout: float = 0.0) -> Iterator[None]:
         # Every apply, restore and recovery holds this lock, so checking here keeps
         # all of them off the kernel while a benchmark runs (see hold_benchmark),
         # and while an experiment runs, except for that experiment's own.
-        running = benchmark_running(state_dir)
-        if running is not None:
-            raise BenchmarkBusyError(running)
+        # The experiment first: its benchmarks are its own, and the caller should hear
+        # what holds the host for the longer time.
         experiment = experiment_running(state_dir)
         if experiment is not None and experiment not in _OWNED.get():
             raise ExperimentBusyError(experiment)
+        running = benchmark_running(state_dir)
+        if running is not None:
+            raise BenchmarkBusyError(running)
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield

@@ -36,8 +36,10 @@ from stortune.agent import journal, local
 from stortune.agent.bench.fio import FioRunner
 from stortune.agent.bench.manager import BenchmarkManager
 from stortune.agent.kernelfs import KernelFS
+from stortune.schemas import catalog
 from stortune.schemas.bench.results import BenchmarkResult, RunProgress
 from stortune.schemas.bench.target import beneath as devices_beneath
+from stortune.schemas.catalog import DeviceFacts, check_on_device
 from stortune.schemas.documents import DocumentError, Problem
 from stortune.schemas.matching import mismatch
 from stortune.schemas.profile import StorageProfile
@@ -48,7 +50,6 @@ from stortune.schemas.tuning.experiment import BENEATH, TuningExperiment, load_e
 from stortune.schemas.tuning.overlay import overlay_conflicts, overlay_profile
 from stortune.schemas.tuning.recommend import recommended_profile
 from stortune.schemas.tuning.space import Measurement, Point, TrialRequest, benchmark_for, failed, measure
-from stortune.schemas.tuning.validate import check_against_device
 
 #: How often the wait for a trial's benchmark looks at the stop flag (seconds).
 _POLL = 0.2
@@ -153,6 +154,47 @@ def beneath_of(topology: Topology, device: Device) -> list[Device]:
     return out
 
 
+def _facts(dev: Device, tunable: str) -> DeviceFacts:
+    state = dev.tunables.get(tunable)
+    if state is None:
+        return DeviceFacts(kind=dev.kind, supported=False, writable=False,
+                           unsupported_reason="not reported by discovery")
+    return DeviceFacts(kind=dev.kind, supported=state.supported, writable=state.writable,
+                       choices=state.choices, maximum=state.maximum, unsupported_reason=state.reason)
+
+
+def device_problems(exp: TuningExperiment, device: Device, beneath: Sequence[Device]) -> list[Problem]:
+    """What the chosen device cannot take: a tunable it lacks, a scheduler its kernel does not
+    offer, a value above its hardware bound, ``at: beneath`` with nothing beneath."""
+    problems: list[Problem] = []
+    for i, p in enumerate(exp.spec.parameters):
+        tunable = catalog.get(p.tunable)
+        here = f"spec.parameters[{i}]"
+        if p.at == "target":
+            holders = [device]
+            facts = _facts(device, p.tunable)
+            if device.kind not in tunable.applies_to or not facts.supported:
+                why = check_on_device(tunable, p.choices()[0], facts)
+                problems.append(Problem(exp.name, f"{here}.tunable",
+                                        f"{device.name}: {why.reason if why else 'not supported'}"))
+                continue
+        else:
+            holders = [d for d in beneath if d.kind in tunable.applies_to]
+            if not holders:
+                problems.append(Problem(exp.name, f"{here}.at", (
+                    f"no device beneath {device.name} takes {p.tunable}" if beneath
+                    else f"{device.name} ({device.kind.value}) has no devices beneath it")))
+                continue
+        for j, value in enumerate(p.choices()):
+            for dev in holders:
+                refused = check_on_device(tunable, value, _facts(dev, p.tunable))
+                if refused is not None:
+                    where = f"{here}.values[{j}]" if p.values is not None else f"{here}.range"
+                    problems.append(Problem(exp.name, where, f"{dev.name}: {refused.reason}"))
+                    break
+    return problems
+
+
 def current_point(exp: TuningExperiment, device: Device, beneath: Sequence[Device]) -> Point:
     """The values in effect now for each parameter: the experiment's baseline."""
     point: Point = {}
@@ -201,7 +243,7 @@ class LocalExperiment:
         topology = local.discover(fs, state_dir)
         self.device = choose_device(exp, topology, device)
         self.beneath = beneath_of(topology, self.device)
-        problems = check_against_device(exp, self.device, self.beneath)
+        problems = device_problems(exp, self.device, self.beneath)
         if problems:
             raise DocumentError(problems)
         self.current = current_point(exp, self.device, self.beneath)
@@ -264,7 +306,7 @@ class LocalExperiment:
             if self.stop.is_set():
                 self.bench.cancel(run_id)
         result = self.bench.result(run_id)
-        if result is None or result.state == "cancelled" and self.stop.is_set():
+        if result is None or (result.state == "cancelled" and self.stop.is_set()):
             self._forget(run_id)
             return None
         measured = measure(result, self.exp, request, self.host)

@@ -60,7 +60,8 @@ class ProgressLine:
 
     def __call__(self, event: Event) -> None:
         r, p = event.request, event.progress
-        head = f"trial {r.index + 1} of ~{max(r.total_estimate, p.done + 1)} [{r.purpose}] {describe_point(r.point)}"
+        total = max(r.total_estimate, p.done + 1)
+        head = f"trial {r.index + 1} of ~{total} [{r.purpose}] {describe_point(r.point)}"
         if event.done is not None:
             m = event.done.measurement
             got = (self.metric.human(m.metrics[self.metric.name]) if m.ok and self.metric.name in m.metrics
@@ -145,14 +146,16 @@ def print_result(result: TuneResult, out: TextIO = sys.stdout) -> None:
     else:
         verdict = describe_point(rec.values)
     if rec.gain is not None:
-        verdict += (f"; gain {rec.gain.pct:+.1f}% (95% interval {rec.gain.low:+.1f}% .. {rec.gain.high:+.1f}%),"
+        g = rec.gain
+        verdict += (f"; gain {g.pct:+.1f}% (95% interval {g.low:+.1f}% .. {g.high:+.1f}%),"
                     f" {'significant' if rec.significant else 'within the noise'}")
     print(f"recommendation: {verdict}", file=out)
     print(f"  {rec.reason}", file=out)
     mattered = [f"{k} {v:.1f}%" for k, v in o.effects.items() if v is not None]
     if mattered:
         print(f"effect per parameter (spread of the best means): {', '.join(mattered)}", file=out)
-    where = "the recommendation (applyResult)" if result.left == "recommendation" else "its settings from before"
+    where = ("the recommendation (applyResult)" if result.left == "recommendation"
+             else "its settings from before")
     print(f"{result.device} holds {where}", file=out)
     if result.overhead_s is not None:
         print(f"overhead per trial besides fio: {result.overhead_s:.2f} s (mean)", file=out)
