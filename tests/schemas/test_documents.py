@@ -127,6 +127,10 @@ def test_not_a_storage_profile() -> None:
     assert problems("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n") == [
         ("kind", "'ConfigMap' is not a StorageProfile document")
     ]
+    assert problems("apiVersion: stortune/v1\nkind: TuningExperiment\nmetadata: {name: x}\n") == [
+        ("kind", "'TuningExperiment' is not a StorageProfile document: run it with stortune tune run -f"
+                 " (or stortune-agent tune -f on one host)")
+    ]
     assert problems("- just\n- a list\n")[0][1].startswith("expected a mapping")
     assert "not valid YAML" in problems("a: [unclosed\n")[0][1]
 

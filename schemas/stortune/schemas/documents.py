@@ -18,6 +18,12 @@ from pydantic import ValidationError
 from stortune.schemas.profile import API_VERSION, StorageProfile
 
 KINDS = ("StorageProfile",)
+#: stortune's other documents, which a repository keeps next to its profiles, and what runs them.
+OTHER_KINDS = {
+    "BenchmarkSpec": "stortune bench run -f (or stortune-agent bench -f)",
+    "BenchmarkSchedule": "stortune bench schedule create -f",
+    "TuningExperiment": "stortune tune run -f (or stortune-agent tune -f on one host)",
+}
 #: What a directory contributes (JSON is YAML too).
 SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -67,7 +73,8 @@ def parse_profile(data: Any, where: str = "document") -> StorageProfile:
         raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
     kind, api = data.get("kind"), data.get("apiVersion")
     if kind not in KINDS:
-        raise DocumentError([Problem(where, "kind", f"{kind!r} is not a StorageProfile document")])
+        hint = f": run it with {OTHER_KINDS[kind]}" if isinstance(kind, str) and kind in OTHER_KINDS else ""
+        raise DocumentError([Problem(where, "kind", f"{kind!r:.80} is not a StorageProfile document{hint}")])
     if api != API_VERSION:
         raise DocumentError([Problem(where, "apiVersion", f"{api!r}; expected {API_VERSION!r}")])
     try:

@@ -124,7 +124,8 @@ def _candidates(
     return by_tunable, verdicts
 
 
-def _facts(dev: Device, state: TunableState | None) -> DeviceFacts:
+def device_facts(dev: Device, state: TunableState | None) -> DeviceFacts:
+    """What ``check_on_device`` needs of one tunable on one device, as discovery reported it."""
     if state is None:
         return DeviceFacts(kind=dev.kind, supported=False, writable=False,
                            unsupported_reason="not reported by discovery")
@@ -159,7 +160,7 @@ def plan(
             win = ranked[0]
             tunable = catalog.get(name)
             state = seen.get(dev.name, {}).get(name)
-            rejected = check_on_device(tunable, win.value, _facts(dev, state))
+            rejected = check_on_device(tunable, win.value, device_facts(dev, state))
             if rejected is not None:
                 result.rejections.append(
                     Rejection(

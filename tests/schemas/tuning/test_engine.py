@@ -60,23 +60,25 @@ def test_a_failed_point_is_retried_once_and_counts_against_the_budget() -> None:
     assert all(s.point["read_ahead_kb"] != 1024 for s in out.trials if s.feasible)
 
 
-def test_the_trial_budget_keeps_room_for_the_end_baseline() -> None:
-    eng = Engine(experiment(budget={"trials": 9}).spec, BASELINE)
+def test_the_trial_budget_keeps_room_for_the_confirmation_and_the_end_baseline() -> None:
+    eng = Engine(experiment(budget={"trials": 13}).spec, BASELINE)
     drive(eng, Surface(streaming, seed=4))
-    assert len(eng.measurements) == 9
-    assert [m.purpose for m in eng.measurements][-2:] == ["baseline-end", "baseline-end"]
+    purposes = [m.purpose for m in eng.measurements]
+    assert len(purposes) == 13
+    assert purposes[-6:] == ["confirm"] * 3 + ["baseline-end"] * 3
     assert eng.finished_reason == "budget-trials"
 
 
 def test_the_duration_budget_ends_the_search() -> None:
     eng = Engine(experiment().spec, BASELINE)
     surface = Surface(streaming, seed=5)
-    for elapsed in (0.0, 10.0, 20.0, 2000.0, 2001.0):
-        req = eng.next(elapsed_s=elapsed)
-        assert req is not None
+    elapsed = 0.0
+    while (req := eng.next(elapsed_s=elapsed)) is not None:
         eng.record(surface.run(req))
-    assert [m.purpose for m in eng.measurements][-2:] == ["baseline-end", "baseline-end"]
-    assert eng.next(elapsed_s=2002.0) is None
+        elapsed += 10.0 if len(eng.measurements) < 5 else 2000.0  # 30 minutes are up after 5 trials
+    purposes = [m.purpose for m in eng.measurements]
+    assert purposes[3:5] == ["explore", "explore"]
+    assert set(purposes[5:]) == {"confirm", "baseline-end"} and purposes[-1] == "baseline-end"
     assert eng.finished_reason == "budget-duration"
 
 

@@ -5,13 +5,17 @@ seed and the measurements recorded, so a restarted control plane rebuilds the en
 the stored measurements and continues where it stopped, with no trial lost or run twice.
 
 The order of a run:
-1. the baseline (the values in effect before), ``repeats.min`` runs;
+1. the baseline (the values in effect before), ``baseline_runs`` runs (at least 3);
 2. the strategy's points, ``repeats.min`` runs each (a failed run is retried once; a point
-   that fails twice is given up); the budget keeps ``repeats.min`` runs for step 4;
+   that fails twice is given up);
 3. adaptive repeats: one more run of the leader or the runner-up (whichever has fewer)
    until the noise rule separates them or both reached ``repeats.max``;
-4. the baseline again (``baseline-end``): if it moved beyond the noise, the result is
+4. confirmation: ``confirm_runs`` fresh runs of the leader. Its gain is judged on these
+   alone: the runs that made it the leader are biased upwards (the best of many noisy
+   means beats the baseline by chance), and noise must never be recommended;
+5. the baseline again (``baseline-end``): if it moved beyond the noise, the result is
    flagged unreliable.
+The trial budget always keeps room for steps 4 and 5.
 """
 
 from __future__ import annotations
@@ -60,8 +64,8 @@ def make_strategy(spec: TuningSpec, baseline: Point, seed: int, members: int = 1
     if spec.strategy == "grid":
         return Grid(dims)
     if spec.strategy == "bayesian":
-        reserve = 2 * spec.repeats.min
-        return Bayesian(dims, maximize, seed, max(1, (spec.budget.trials - reserve) // spec.repeats.min))
+        room = spec.budget.trials - 2 * spec.baseline_runs - spec.confirm_runs
+        return Bayesian(dims, maximize, seed, max(1, room // spec.repeats.min))
     return OneAtATime(dims, baseline, maximize)
 
 
@@ -99,9 +103,11 @@ class Engine:
 
     # -- asking -------------------------------------------------------------------
     def _runs(self, point: Point, *, end: bool = False) -> list[Measurement]:
+        """The runs of ``point`` in the search (or, with ``end``, the end baseline's)."""
         key = point_key(point)
-        return [m for m in self.measurements
-                if point_key(m.point) == key and (m.purpose == "baseline-end") == end]
+        if end:
+            return [m for m in self.measurements if point_key(m.point) == key and m.purpose == "baseline-end"]
+        return [m for m in self.measurements if point_key(m.point) == key and m.purpose not in evidence.APART]
 
     def _complete(self, runs: Sequence[Measurement], wanted: int) -> bool:
         ok = sum(1 for m in runs if m.ok)
@@ -121,32 +127,55 @@ class Engine:
         """The next trial to run, or None when the experiment is finished (see ``finished_reason``)."""
         if self.finished_reason is not None:
             return None
-        spec, lo = self.spec, self.spec.repeats.min
+        spec = self.spec
         used = len(self.measurements)
         if used >= spec.budget.trials:
             return self._finish("budget-trials")
-        start = self._runs(self.baseline)
-        base_runs = [m for m in start if m.purpose == "baseline"]
-        if not self._complete(base_runs, lo):
+        base_runs = [m for m in self._runs(self.baseline) if m.purpose == "baseline"]
+        if not self._complete(base_runs, spec.baseline_runs):
             return self._request(self.baseline, "baseline", f"the current settings, run {len(base_runs) + 1}")
         if not any(m.ok for m in base_runs):
             return self._finish("baseline-failed")
-        ended = any(m.purpose == "baseline-end" for m in self.measurements)
-        if not ended and self._cut is None:
+        closing = any(m.purpose in ("confirm", "baseline-end") for m in self.measurements)
+        if not closing and self._cut is None:
             limit = spec.budget.duration
             if limit is not None and elapsed_s is not None and elapsed_s >= limit:
                 self._cut = "budget-duration"
-            elif used >= spec.budget.trials - lo:
+            elif used >= spec.budget.trials - spec.baseline_runs - spec.confirm_runs:
                 self._cut = "budget-trials"
             else:
                 req = self._search()
                 if req is not None:
                     return req
+        req = self._confirm()
+        if req is not None:
+            return req
         end = self._runs(self.baseline, end=True)
-        if not self._complete(end, lo):
+        if not self._complete(end, spec.baseline_runs):
             return self._request(self.baseline, "baseline-end",
                                  f"the current settings again, to check nothing drifted (run {len(end) + 1})")
         return self._finish(self._cut or "done")
+
+    def leader(self) -> TrialSummary | None:
+        """The best feasible point by the search's runs (confirmation runs apart)."""
+        order = [s for s in evidence.ranked(self.spec, self._summaries()) if not self._gave_up(s.point)]
+        return order[0] if order else None
+
+    def _confirm(self) -> TrialRequest | None:
+        if any(m.purpose == "baseline-end" for m in self.measurements):
+            return None
+        done = [m for m in self.measurements if m.purpose == "confirm"]
+        if done:
+            point = done[0].point  # the leader when confirmation began
+        else:
+            best = self.leader()
+            if best is None or point_key(best.point) == point_key(self.baseline):
+                return None  # nothing to confirm: the current settings stay
+            point = best.point
+        if self._complete(done, self.spec.confirm_runs):
+            return None
+        return self._request(point, "confirm", f"{describe(point)}, the leader: fresh run {len(done) + 1}"
+                                               " to confirm its gain")
 
     def _finish(self, reason: str) -> TrialRequest | None:
         self.finished_reason = reason
@@ -196,12 +225,13 @@ class Engine:
     # -- reading ------------------------------------------------------------------
     def total_estimate(self) -> int:
         lo, hi = self.spec.repeats.min, self.spec.repeats.max
-        estimate = 2 * lo + self.strategy.estimate() * lo + 2 * (hi - lo)
+        estimate = (2 * self.spec.baseline_runs + self.strategy.estimate() * lo + 2 * (hi - lo)
+                    + self.spec.confirm_runs)
         return max(len(self.measurements), min(self.spec.budget.trials, estimate))
 
     def progress(self) -> Progress:
         summaries = self._summaries()
-        order = evidence.ranked(self.spec, summaries)
+        order = [s for s in evidence.ranked(self.spec, summaries) if not self._gave_up(s.point)]
         margin = None
         if len(order) >= 2:
             margin = evidence.compare(self.spec, order[1].values, order[0].values).delta_pct
@@ -211,14 +241,17 @@ class Engine:
                         best_so_far=self.best_so_far())
 
     def best_so_far(self) -> list[float | None]:
+        """The best feasible mean of the search as it stood after each trial."""
         out: list[float | None] = []
-        best: float | None = None
-        for i in range(len(self.measurements)):
-            # Means as they stood after trial i (points that were complete or not).
-            summaries = evidence.by_point(self.spec, self.measurements[: i + 1], self.members)
-            order = evidence.ranked(self.spec, summaries)
-            best = order[0].mean if order else None
-            out.append(best)
+        runs: dict[tuple[tuple[str, int | str], ...], list[Measurement]] = {}
+        current: dict[tuple[tuple[str, int | str], ...], TrialSummary] = {}
+        for m in self.measurements:
+            if m.purpose not in evidence.APART:
+                key = point_key(m.point)
+                runs.setdefault(key, []).append(m)
+                current[key] = evidence.summarize_point(self.spec, runs[key], self.members)
+            order = evidence.ranked(self.spec, list(current.values()))
+            out.append(order[0].mean if order else None)
         return out
 
     def outcome(self) -> Outcome:

@@ -23,6 +23,8 @@ from stortune.schemas.tuning.space import Measurement, Point, describe, point_ke
 STRIPE_PAGE = 4096
 #: Failed runs after which a point is given up (one retry).
 MAX_FAILURES = 2
+#: Runs kept out of the search's figures: the confirmation of the winner and the end baseline.
+APART = ("confirm", "baseline-end")
 
 
 class _Model(BaseModel):
@@ -78,6 +80,8 @@ class Outcome(_Model):
     metric: str
     goal: str
     trials: list[TrialSummary]
+    confirmation: TrialSummary | None = Field(
+        default=None, description="Fresh runs of the leader that judge its gain")
     baseline: BaselineCheck
     recommendation: Recommendation
     effects: dict[str, float | None] = Field(
@@ -142,11 +146,12 @@ def summarize_point(spec: TuningSpec, runs: Sequence[Measurement], members: int 
 
 
 def by_point(spec: TuningSpec, measurements: Sequence[Measurement], members: int = 1,
-             *, end: bool = False) -> list[TrialSummary]:
-    """Summaries in the order points were first measured; the end baseline apart (``end``)."""
+             *, only: str | None = None) -> list[TrialSummary]:
+    """Summaries in the order points were first measured: of the search's runs, or of the runs
+    kept apart for one purpose (``only``: confirm, baseline-end)."""
     groups: dict[tuple[tuple[str, Value], ...], list[Measurement]] = {}
     for m in measurements:
-        if (m.purpose == "baseline-end") == end:
+        if (m.purpose == only) if only is not None else (m.purpose not in APART):
             groups.setdefault(point_key(m.point), []).append(m)
     return [summarize_point(spec, runs, members) for runs in groups.values()]
 
@@ -232,40 +237,56 @@ def outcome(spec: TuningSpec, baseline: Point, measurements: Sequence[Measuremen
             finished_reason: str | None = None) -> Outcome:
     """The evidence and the recommendation from the measurements so far (partial when stopped)."""
     trials = by_point(spec, measurements, members)
-    ends = by_point(spec, measurements, members, end=True)
+    ends = by_point(spec, measurements, members, only="baseline-end")
+    confirms = by_point(spec, measurements, members, only="confirm")
     start = next((s for s in trials if point_key(s.point) == point_key(baseline)), None)
-    check = baseline_check(spec, start, ends[0] if ends else None)
+    starting = [m for m in measurements if m.purpose == "baseline"]
+    first = summarize_point(spec, starting, members) if starting else None
+    check = baseline_check(spec, first, ends[0] if ends else None)
     order = ranked(spec, trials)
     leader = order[0] if order else None
-    rec = _recommend(spec, baseline, start, check, leader)
+    confirmation = confirms[0] if confirms else None
+    rec = _recommend(spec, baseline, start, check, leader, confirmation=confirmation)
     return Outcome(
         metric=spec.objective.metric, goal="maximize" if spec.objective.maximize else "minimize",
-        trials=trials, baseline=check, recommendation=rec,
+        trials=trials, confirmation=confirmation, baseline=check, recommendation=rec,
         effects=effects(spec, trials, leader.point if leader else None),
         measurements=len(measurements), failed=sum(1 for m in measurements if not m.ok),
         finished_reason=finished_reason)
 
 
 def _recommend(spec: TuningSpec, baseline: Point, start: TrialSummary | None, check: BaselineCheck,
-               leader: TrialSummary | None) -> Recommendation:
+               leader: TrialSummary | None, *, confirmation: TrialSummary | None) -> Recommendation:
     keep = dict(baseline)
     if leader is None:
         return Recommendation(values=keep, keepCurrent=True, reason="no point met the constraints")
     if start is None or start.n == 0:
         return Recommendation(values=keep, keepCurrent=True,
                               reason="the baseline was not measured: nothing to compare with")
-    if point_key(leader.point) == point_key(baseline):
+    if confirmation is None and point_key(leader.point) == point_key(baseline):
         return Recommendation(values=keep, keepCurrent=True,
                               reason="the current settings measured best: keep them")
+    if confirmation is None or confirmation.n == 0:
+        return Recommendation(values=keep, keepCurrent=True,
+                              reason=f"the leader {describe(leader.point)} was not confirmed by fresh runs"
+                                     " (the experiment stopped first): keep the current settings")
+    if not confirmation.feasible:
+        return Recommendation(values=keep, keepCurrent=True,
+                              reason=f"the leader {describe(confirmation.point)} broke a constraint when"
+                                     f" confirmed ({'; '.join(confirmation.violations)})")
+    # The baseline's runs were never chosen for being high: with the end baseline (when it held)
+    # they are the reference; the leader is judged on its confirmation runs alone.
     reference = start.values + (check.end.values if check.reliable and check.end else [])
+    leader = confirmation
     d = compare(spec, reference, leader.values)
     gain = gain_of(d)
     shown = f"{describe(leader.point)} changes {spec.objective.metric} by {d.delta_pct or 0:+.1f}%"
     if not improves(spec, d):
         return Recommendation(values=keep, keepCurrent=True, gain=gain, significant=False,
-                              reason=f"{shown}, inside the noise ({d.noise_text()}): keep the current"
-                                     " settings")
+                              reason=f"{shown} in its confirmation runs, inside the noise"
+                                     f" ({d.noise_text()}): keep the current settings")
     note = "" if check.reliable else f"; unreliable: {check.reason}"
     return Recommendation(values=dict(leader.point), keepCurrent=False, gain=gain, significant=True,
-                          reason=f"{shown} over the current settings, beyond the noise"
+                          reason=f"{shown} over the current settings in its confirmation runs, beyond"
+                                 " the noise"
                                  f" ({noise_interval(d.noise_low_pct, d.noise_high_pct)}){note}")

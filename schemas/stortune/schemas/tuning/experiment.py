@@ -39,7 +39,9 @@ from stortune.schemas.bench.steps import TargetFacts
 from stortune.schemas.catalog import TunableValueError, Value
 from stortune.schemas.documents import DocumentError, Problem, load_yaml_documents, validation_problems
 from stortune.schemas.patterns import glob_matches
+from stortune.schemas.planner import device_facts
 from stortune.schemas.profile import API_VERSION, Glob, LabelSelector, Match, Metadata
+from stortune.schemas.topology import Device
 
 KIND = "TuningExperiment"
 #: Points a grid may hold (the product of the parameters' value counts); the control plane
@@ -306,10 +308,11 @@ class TuningSpec(_Doc):
                     f"@parameters[{i}].tunable {p.tunable} applies to"
                     f" {sorted(k.value for k in kinds)}, none of target.device.kind"
                     f" {[k.value for k in self.target.device.kind]}")
-        least = 3 * self.repeats.min
+        least = 2 * self.baseline_runs + self.repeats.min + self.confirm_runs
         if self.budget.trials < least:
             raise ValueError(f"@budget.trials {self.budget.trials} leaves no room for a search: the baseline"
-                             f" at both ends and one point take {least} ({self.repeats.min} runs each)")
+                             f" at both ends ({self.baseline_runs} runs each), one point"
+                             f" ({self.repeats.min}) and its confirmation ({self.confirm_runs}) take {least}")
         limit = (info.context or {}).get("max_grid", MAX_GRID)
         size = grid_size(self.parameters)
         if size > limit:
@@ -342,6 +345,16 @@ class TuningSpec(_Doc):
                      for w in self.workloads]
         return BenchmarkSpecBody(target=Target(device=self.target.device), workloads=workloads, repeats=1,
                                  allowDestructive=writes)
+
+    @property
+    def baseline_runs(self) -> int:
+        """Runs of the baseline at each end: at least 3, or the drift check has no power."""
+        return max(3, self.repeats.min)
+
+    @property
+    def confirm_runs(self) -> int:
+        """Fresh runs of the winner that judge its gain (the search's runs chose it: biased)."""
+        return max(3, self.repeats.min)
 
     @property
     def fairness(self) -> list[Fairness]:
@@ -435,3 +448,71 @@ def load_experiments(text: str, source: str = "<input>", *, max_grid: int = MAX_
     if problems:
         raise DocumentError(problems)
     return out
+
+
+# -- at submission, against the chosen device ----------------------------------------
+def check_against_device(exp: TuningExperiment, device: Device, beneath: Sequence[Device] = (),
+                         where: str = "experiment") -> list[Problem]:
+    """What the device (and those beneath it) cannot take: a tunable of another kind of device,
+    an attribute this kernel lacks or will not write, a scheduler it does not offer, a value
+    above a device bound; each named by its field (``spec.parameters[2].values[1]``)."""
+    problems: list[Problem] = []
+    for i, p in enumerate(exp.spec.parameters):
+        tunable = catalog.get(p.tunable)
+        here = f"spec.parameters[{i}]"
+        if p.at == "beneath":
+            if not beneath:
+                problems.append(Problem(where, f"{here}.at", f"nothing lies beneath {device.name}:"
+                                                             " set the tunable on the target (at: target)"))
+                continue
+            devices = [d for d in beneath if d.kind in tunable.applies_to]
+            if not devices:
+                kinds = sorted({d.kind.value for d in beneath})
+                problems.append(Problem(where, f"{here}.tunable", f"{p.tunable} applies to none of the"
+                                        f" devices beneath {device.name} ({', '.join(kinds)})"))
+                continue
+        else:
+            devices = [device]
+        for dev in devices:
+            problems.extend(_check_values(p, dev, here, where))
+    return problems
+
+
+def _check_values(p: Parameter, dev: Device, here: str, where: str) -> list[Problem]:
+    state = dev.tunables.get(p.tunable)
+    facts = device_facts(dev, state)
+    choices = p.choices()
+    out: list[Problem] = []
+    for j, value in enumerate(choices):
+        rejected = catalog.check_on_device(catalog.get(p.tunable), value, facts)
+        if rejected is None:
+            continue
+        path = f"{here}.values[{j}]" if p.values is not None else f"{here}.range"
+        if not facts.supported or not facts.writable or dev.kind not in catalog.get(p.tunable).applies_to:
+            path = f"{here}.tunable"  # the tunable itself, whatever the value
+        out.append(Problem(where, path, f"{dev.name}: {rejected.reason}"))
+        if path.endswith(".tunable"):
+            break
+    if state is not None and state.supported and state.value is None:
+        out.append(Problem(where, f"{here}.tunable", f"{dev.name}: the current {p.tunable} could not be"
+                                                     " read, so there is no baseline to compare with"))
+    return out
+
+
+def baseline_point(exp: TuningExperiment, device: Device, beneath: Sequence[Device] = ()) -> dict[str, Value]:
+    """The values in effect now (the baseline), from discovery; ValueError naming what is missing
+    or, beneath, differs between devices (the overlay would give them one value)."""
+    point: dict[str, Value] = {}
+    for p in exp.spec.parameters:
+        tunable = catalog.get(p.tunable)
+        devices = [d for d in beneath if d.kind in tunable.applies_to] if p.at == "beneath" else [device]
+        seen = {d.name: s.value for d in devices
+                if (s := d.tunables.get(p.tunable)) is not None and s.value is not None}
+        if len(seen) != len(devices) or not seen:
+            missing = [d.name for d in devices if d.name not in seen] or [device.name]
+            raise ValueError(f"{p.key}: the current value on {', '.join(missing)} is unknown")
+        if len(set(seen.values())) > 1:
+            shown = ", ".join(f"{k}: {v}" for k, v in seen.items())
+            raise ValueError(f"{p.key}: the devices beneath differ ({shown}); give them one value first")
+        point[p.key] = next(iter(seen.values()))
+    return point

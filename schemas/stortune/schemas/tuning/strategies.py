@@ -85,7 +85,7 @@ class Grid:
     def __init__(self, dims: Sequence[Dimension]) -> None:
         self.dims = list(dims)
 
-    def _points(self) -> list[Point]:
+    def points(self) -> list[Point]:
         points: list[Point] = [{}]
         for dim in self.dims:
             points = [{**p, dim.key: v} for p in points for v in dim.choices]
@@ -93,7 +93,7 @@ class Grid:
 
     def propose(self, tried: Sequence[Tried]) -> Point | None:
         seen = {point_key(t.point) for t in tried}
-        return next((p for p in self._points() if point_key(p) not in seen), None)
+        return next((p for p in self.points() if point_key(p) not in seen), None)
 
     def estimate(self) -> int:
         return math.prod(len(d.choices) for d in self.dims)
@@ -140,7 +140,7 @@ class Bayesian:
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         seen = {point_key(t.point) for t in tried}
-        if len(seen) >= self.size:
+        if len(seen) >= self.size or self.stalled(tried):
             return None
         dists = self._distributions()
         worst = [t.mean for t in tried if t.mean is not None]
@@ -167,6 +167,21 @@ class Bayesian:
                 if point_key(point) not in seen:
                     return point
         return None
+
+    def patience(self) -> int:
+        """Points without a new best after which the search has converged."""
+        return max(8, min(20, self.size // 5))
+
+    def stalled(self, tried: Sequence[Tried]) -> bool:
+        best: float | None = None
+        since = 0
+        for t in tried:
+            if t.feasible and t.mean is not None and (
+                    best is None or (t.mean > best if self.maximize else t.mean < best)):
+                best, since = t.mean, 0
+            else:
+                since += 1
+        return len(tried) > self.startup() and since >= self.patience()
 
     def startup(self) -> int:
         """Random points before the model leads: a few, fewer on a small space."""
