@@ -40,11 +40,11 @@ class SurfaceFio:
         self.response = response
         self.seen: list[dict[str, str]] = []
         self.template = json.loads(capture("fio-3.33-group-reporting.json"))
-        #: Set while a run is under way; from run number ``hold_at`` (1-based) on, each run
-        #: holds until ``release`` is set or the run is cancelled.
+        #: Set while a run is under way; a run whose settings ``hold_if`` accepts holds until
+        #: ``release`` is set or the run is cancelled.
         self.running = threading.Event()
         self.release = threading.Event()
-        self.hold_at: int | None = None
+        self.hold_if: Callable[[Mapping[str, str]], bool] | None = None
 
     def version(self) -> str:
         return "fio-3.33"
@@ -56,7 +56,7 @@ class SurfaceFio:
         if on_start is not None:
             on_start(2**22 + len(self.seen))  # above pid_max's default: no such process
         self.running.set()
-        hold = self.hold_at is not None and len(self.seen) >= self.hold_at
+        hold = self.hold_if is not None and self.hold_if(settings)
         while hold and not (self.release.is_set() or cancel.is_set()):
             cancel.wait(0.01)
         self.running.clear()

@@ -45,6 +45,10 @@ def experiment(device: str, values: list[int], *, repeats: dict[str, int] | None
     }
 
 
+def backing(device: str) -> str:
+    return (Path("/sys/block") / device / "loop" / "backing_file").read_text().strip()
+
+
 def agent(*args: str, state: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run([*AGENT, *args, "--state-dir", str(state)], capture_output=True, text=True,
                           timeout=600, check=False)
@@ -107,7 +111,9 @@ def test_a_readahead_sweep_finds_that_streams_need_it(stream_loop: str, tmp_path
 
     # The recommendation is a profile that applies, after which the host is in sync with it.
     doc = yaml.safe_load(profile.read_text())
-    assert doc["spec"]["rules"][0]["settings"] == {"read_ahead_kb": rec["values"]["read_ahead_kb"]}
+    (rule,) = doc["spec"]["rules"]
+    assert rule["settings"] == {"read_ahead_kb": rec["values"]["read_ahead_kb"]}
+    assert rule["match"]["id"] == ["loop:*/" + Path(backing(stream_loop)).name]  # this loop, not all
     applied = agent("apply", "-f", str(profile), state=state)
     assert applied.returncode == 0, applied.stderr
     assert queue_attributes(stream_loop)["read_ahead_kb"] == str(rec["values"]["read_ahead_kb"])

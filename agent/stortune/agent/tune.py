@@ -25,7 +25,7 @@ import secrets
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -36,17 +36,21 @@ from stortune.agent import journal, local
 from stortune.agent.bench.fio import FioRunner
 from stortune.agent.bench.manager import BenchmarkManager
 from stortune.agent.kernelfs import KernelFS
-from stortune.schemas import catalog
 from stortune.schemas.bench.results import BenchmarkResult, RunProgress
 from stortune.schemas.bench.target import beneath as devices_beneath
-from stortune.schemas.catalog import DeviceFacts, check_on_device
-from stortune.schemas.documents import DocumentError, Problem
+from stortune.schemas.documents import DocumentError
 from stortune.schemas.matching import mismatch
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device, DeviceKind, Topology
 from stortune.schemas.tuning.engine import Engine, Progress
 from stortune.schemas.tuning.evidence import Outcome, Recommendation
-from stortune.schemas.tuning.experiment import BENEATH, TuningExperiment, load_experiments
+from stortune.schemas.tuning.experiment import (
+    BENEATH,
+    TuningExperiment,
+    baseline_point,
+    check_against_device,
+    load_experiments,
+)
 from stortune.schemas.tuning.overlay import overlay_conflicts, overlay_profile
 from stortune.schemas.tuning.recommend import recommended_profile
 from stortune.schemas.tuning.space import Measurement, Point, TrialRequest, benchmark_for, failed, measure
@@ -154,73 +158,6 @@ def beneath_of(topology: Topology, device: Device) -> list[Device]:
     return out
 
 
-def _facts(dev: Device, tunable: str) -> DeviceFacts:
-    state = dev.tunables.get(tunable)
-    if state is None:
-        return DeviceFacts(kind=dev.kind, supported=False, writable=False,
-                           unsupported_reason="not reported by discovery")
-    return DeviceFacts(kind=dev.kind, supported=state.supported, writable=state.writable,
-                       choices=state.choices, maximum=state.maximum, unsupported_reason=state.reason)
-
-
-def device_problems(exp: TuningExperiment, device: Device, beneath: Sequence[Device]) -> list[Problem]:
-    """What the chosen device cannot take: a tunable it lacks, a scheduler its kernel does not
-    offer, a value above its hardware bound, ``at: beneath`` with nothing beneath."""
-    problems: list[Problem] = []
-    for i, p in enumerate(exp.spec.parameters):
-        tunable = catalog.get(p.tunable)
-        here = f"spec.parameters[{i}]"
-        if p.at == "target":
-            holders = [device]
-            facts = _facts(device, p.tunable)
-            if device.kind not in tunable.applies_to or not facts.supported:
-                why = check_on_device(tunable, p.choices()[0], facts)
-                problems.append(Problem(exp.name, f"{here}.tunable",
-                                        f"{device.name}: {why.reason if why else 'not supported'}"))
-                continue
-        else:
-            holders = [d for d in beneath if d.kind in tunable.applies_to]
-            if not holders:
-                problems.append(Problem(exp.name, f"{here}.at", (
-                    f"no device beneath {device.name} takes {p.tunable}" if beneath
-                    else f"{device.name} ({device.kind.value}) has no devices beneath it")))
-                continue
-        for j, value in enumerate(p.choices()):
-            for dev in holders:
-                refused = check_on_device(tunable, value, _facts(dev, p.tunable))
-                if refused is not None:
-                    where = f"{here}.values[{j}]" if p.values is not None else f"{here}.range"
-                    problems.append(Problem(exp.name, where, f"{dev.name}: {refused.reason}"))
-                    break
-    return problems
-
-
-def current_point(exp: TuningExperiment, device: Device, beneath: Sequence[Device]) -> Point:
-    """The values in effect now for each parameter: the experiment's baseline."""
-    point: Point = {}
-    problems: list[Problem] = []
-    for i, p in enumerate(exp.spec.parameters):
-        where = f"spec.parameters[{i}].tunable"
-        holders = [device] if p.at == "target" else [d for d in beneath if p.tunable in d.tunables]
-        values = {d.name: d.tunables[p.tunable].value for d in holders if p.tunable in d.tunables}
-        present = {k: v for k, v in values.items() if v is not None}
-        if not present:
-            on = device.name if p.at == "target" else f"the devices beneath {device.name}"
-            problems.append(Problem(exp.name, where, f"{p.tunable} cannot be read on {on}"))
-        elif len(set(present.values())) > 1:
-            held = ", ".join(f"{k}={v}" for k, v in sorted(present.items()))
-            problems.append(Problem(exp.name, where, f"the devices beneath {device.name} hold different"
-                                                     f" {p.tunable} values ({held}): there is no one"
-                                                     " baseline; make them equal first"))
-        else:
-            value = next(iter(present.values()))
-            assert value is not None
-            point[p.key] = value
-    if problems:
-        raise DocumentError(problems)
-    return point
-
-
 # -- running --------------------------------------------------------------------------
 class LocalExperiment:
     """Runs one experiment on this host; ``run()`` returns the result (also when stopped)."""
@@ -243,10 +180,13 @@ class LocalExperiment:
         topology = local.discover(fs, state_dir)
         self.device = choose_device(exp, topology, device)
         self.beneath = beneath_of(topology, self.device)
-        problems = device_problems(exp, self.device, self.beneath)
+        problems = check_against_device(exp, self.device, self.beneath, where=exp.name)
         if problems:
             raise DocumentError(problems)
-        self.current = current_point(exp, self.device, self.beneath)
+        try:
+            self.current = baseline_point(exp, self.device, self.beneath)
+        except ValueError as exc:
+            raise TuneError(f"no baseline: {exc}") from None
         desired = local.saved_desired(state_dir)
         self.desired: list[StorageProfile] = desired.profiles if desired else []
         self.generations = desired.generations if desired else {}

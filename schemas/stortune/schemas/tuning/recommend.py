@@ -50,7 +50,12 @@ def class_match(dev: Device) -> dict[str, Any]:
     if roles:
         match["role"] = roles
         stable = True
-    if not stable and dev.kind is not DeviceKind.LOOP:
+    if not stable and dev.kind is DeviceKind.LOOP and dev.id.startswith("loop:/"):
+        # A loop device is stable by its backing file, not its number; kind alone would
+        # match every loop device on the host (snaps, images, other tools' scratch devices).
+        # Its file name, in any directory, as examples/local-demo.yaml matches the demo's.
+        match["id"] = ["loop:*/" + glob_literal(dev.id.rsplit("/", 1)[-1])]
+    elif not stable and dev.kind is not DeviceKind.LOOP:
         match["name"] = [glob_literal(dev.name)]
     return match
 
