@@ -23,9 +23,10 @@ from stortune.agent import cli, daemon, journal, local, tune
 from stortune.agent.journal import ExperimentBusyError
 from stortune.agent.tune import LocalExperiment, TuneError
 from stortune.schemas.documents import parse_profile
-from stortune.schemas.tuning.experiment import parse_experiment
+from stortune.schemas.tuning.experiment import baseline_point, check_against_device, parse_experiment
 from tests.agent.surfacefio import SurfaceFio
 from tests.fixtures.agent_host import Host
+from tests.fixtures.sysfs_builder import SysfsBuilder
 
 MiB = 1 << 20
 
@@ -248,3 +249,22 @@ def test_json_output_carries_the_recommendation(host: Host, tmp_path: Path,
     assert "trial 1 of" in captured.err and "leader" in captured.err
     profile = yaml.safe_load(out.read_text())
     assert profile["kind"] == "StorageProfile" and profile["metadata"]["name"] == "ra-sweep"
+
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tuning" / "local-demo-readahead.yaml"
+
+
+def test_the_demo_experiment_tunes_dev_ups_scratch_device_only(tmp_path: Path) -> None:
+    """The README's walk: the example picks the loop device over state/stortune-demo.img, at
+    read-ahead 0 as `./dev up` leaves it, and no other loop device of the host."""
+    b = SysfsBuilder(tmp_path / "host", hostname="laptop", kernel="6.12.0")
+    b.loop(3, size=2 << 30, backing_file="/home/me/stortune/state/stortune-demo.img")
+    b.loop(4, size=1 << 30, backing_file="/var/lib/snapd/snaps/core_1.snap")
+    fs = b.finish()
+    (fs.sysfs / "block/loop3/queue/read_ahead_kb").write_text("0")
+    exp = tune.read_experiment(str(EXAMPLE))
+    topology = local.discover(fs)
+    device = tune.choose_device(exp, topology, None)
+    assert device.name == "loop3"
+    assert check_against_device(exp, device) == []
+    assert baseline_point(exp, device) == {"read_ahead_kb": 0}

@@ -25,9 +25,10 @@ from stortune.schemas.profile import StorageProfile
 # (kubectl's last-applied annotation, reduced to ownership).
 MANAGED_BY: Final = "stortune.dev/managed-by"
 MANAGER: Final = "stortune-apply"
-# Other stortune documents a repository keeps next to its profiles (examples/benchmarks/):
-# `bench run -f` and `bench schedule create -f` take them; apply and diff pass over them.
-NOT_APPLIED: Final = frozenset({"BenchmarkSpec", "BenchmarkSchedule"})
+# Other stortune documents a repository keeps next to its profiles (examples/benchmarks/,
+# examples/tuning/): `bench run -f`, `bench schedule create -f` and `tune run -f` take them;
+# apply and diff pass over them.
+NOT_APPLIED: Final = frozenset({"BenchmarkSpec", "BenchmarkSchedule", "TuningExperiment"})
 # Metadata the server sets and shows; dropped so `get -o yaml` output applies again.
 _SERVER_METADATA: Final = ("deletionTimestamp", "finalizers", "generation", "resourceVersion", "uid",
                            "creationTimestamp")
