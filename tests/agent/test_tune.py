@@ -268,3 +268,21 @@ def test_the_demo_experiment_tunes_dev_ups_scratch_device_only(tmp_path: Path) -
     assert device.name == "loop3"
     assert check_against_device(exp, device) == []
     assert baseline_point(exp, device) == {"read_ahead_kb": 0}
+
+
+def test_a_trial_that_cannot_run_is_a_failed_measurement_not_a_crash(host: Host, tmp_path: Path) -> None:
+    exp, fio = run_experiment(host, tmp_path, experiment())
+    node = host.fs.device_node("loop7")
+
+    def vanish(settings: Mapping[str, str]) -> float:
+        node.unlink(missing_ok=True)  # the device node goes away after the first run
+        return 300 * MiB
+
+    fio.response = vanish
+    result = exp.run()
+    failures = [t.measurement for t in result.trials if not t.measurement.ok]
+    assert len(fio.seen) == 1 and failures
+    assert all("device node" in m.message for m in failures)
+    assert result.recommendation.keepCurrent  # nothing measured beats the baseline: keep it
+    assert host.queue("read_ahead_kb") == "128"
+    assert journal.abandoned_experiment(tmp_path / "state") is None

@@ -33,6 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from stortune.agent import journal, local
+from stortune.agent.bench.errors import BenchmarkError
 from stortune.agent.bench.fio import FioRunner
 from stortune.agent.bench.manager import BenchmarkManager
 from stortune.agent.kernelfs import KernelFS
@@ -197,7 +198,9 @@ class LocalExperiment:
             raise TuneError(f"desired profile(s) {', '.join(clash)} have the highest priority and would"
                             " win over the experiment's values: lower their priority first")
         self.id = f"{exp.name[:100].rstrip('.-')}-{secrets.token_hex(3)}"
-        self.engine = Engine(exp.spec, self.current, seed=exp.spec.seed)
+        # The stripe cache costs its size in pages on every member disk (a memory constraint).
+        members = len(self.device.md.members) if self.device.md is not None else 1
+        self.engine = Engine(exp.spec, self.current, seed=exp.spec.seed, members=members)
         self.trials: list[Trial] = []
         self._request: TrialRequest | None = None
         self._progress: Progress | None = None  # the standing, computed once per trial
@@ -235,13 +238,17 @@ class LocalExperiment:
         self._request = request
         self._tell(request)
         overlay = overlay_profile(self.exp.name, request.point, self.device, self.beneath)
-        report = local.converge(self.fs, self.desired, self.state_dir, overlay=[overlay], remember=False)
-        if not report.ok:
-            why = "; ".join(report.messages) or report.title
-            return self._done(request, failed(request, f"applying the values failed: {why}", self.host),
-                              began, None)
         run_id = f"{self.id}-t{request.index}"
-        self.bench.start(benchmark_for(self.exp, f"{self.exp.name}-t{request.index}"), run_id)
+        try:
+            report = local.converge(self.fs, self.desired, self.state_dir, overlay=[overlay],
+                                    remember=False)
+            if not report.ok:
+                why = "; ".join(report.messages) or report.title
+                return self._done(request, failed(request, f"applying the values failed: {why}",
+                                                  self.host), began, None)
+            self.bench.start(benchmark_for(self.exp, f"{self.exp.name}-t{request.index}"), run_id)
+        except BenchmarkError as exc:  # the device went away, fio is gone ...: a failed trial
+            return self._done(request, failed(request, str(exc), self.host, run_id), began, None)
         while not self.bench.wait(run_id, timeout=_POLL).finished:
             if self.stop.is_set():
                 self.bench.cancel(run_id)
