@@ -36,9 +36,11 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 #: Loaded on the first benchmark call, or by the CLI's YAML input and output; never while idle.
+#: The tuning engine (and Optuna) belongs to `stortune-agent tune` and the control plane only.
 ON_DEMAND = ("yaml", "stortune.agent.bench.manager", "stortune.agent.bench.cli",
              "stortune.schemas.bench.spec", "stortune.schemas.bench.results",
-             "stortune.agent.diagnostics", "cryptography")
+             "stortune.agent.diagnostics", "cryptography", "stortune.agent.tune",
+             "stortune.agent.tune_cli", "stortune.schemas.tuning", "optuna")
 
 
 def test_an_idle_serving_agent_holds_no_benchmark_diagnostics_or_yaml_code(tmp_path: Path) -> None:
