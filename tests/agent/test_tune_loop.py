@@ -147,18 +147,20 @@ def test_sigkill_mid_trial_leaves_the_device_consistent_and_the_next_start_puts_
     assert journal.abandoned_experiment(state) is None and journal.load_originals(state) == {}
 
 
-def test_ctrl_c_stops_fio_and_puts_the_settings_back(stream_loop: str, tmp_path: Path, state: Path) -> None:
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_fio_and_puts_the_settings_back(stream_loop: str, tmp_path: Path, state: Path,
+                                                     sig: signal.Signals) -> None:
     before = queue_attributes(stream_loop)
     proc = start(tmp_path, state, experiment(stream_loop, [0, 4096]))
     try:
         wait_for_trial(proc, stream_loop, state, "4096")
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode == 1 and "interrupted by SIGINT" in err, err
+    assert proc.returncode == 1 and f"interrupted by {sig.name}" in err, err
     assert json.loads(out)["finished"] == "interrupted"
     assert processes_with(str(state)) == []  # no fio left
     assert queue_attributes(stream_loop) == before
