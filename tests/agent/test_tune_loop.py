@@ -26,6 +26,7 @@ from stortune.agent import journal
 from tests.agent.procs import processes_with
 from tests.loopdev import queue_attributes
 
+pytestmark = [pytest.mark.root, pytest.mark.slow]
 AGENT = [sys.executable, "-m", "stortune.agent.cli"]
 
 
