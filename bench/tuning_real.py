@@ -124,6 +124,23 @@ def run_one(backing: str, size: int, runtime: str, strategy: str) -> dict[str, A
     }
 
 
+def print_report(r: dict[str, Any]) -> None:
+    gain = r["gain_pct"]
+    tuned = r["tuned_throughput_performance"]
+    print(f"== {r['backing']}: {r['file_bytes'] >> 20} MiB, direct I/O {r['direct_io']}, {r['strategy']}")
+    print(f"  baseline           {r['baseline']} (reliable: {r['baseline_reliable']})")
+    print(f"  recommendation     {r['recommendation']}"
+          + (" (keep current)" if r["keep_current"] else "")
+          + ("" if gain is None
+             else f"  gain {gain['pct']:+.1f}% [{gain['low']:+.1f}%, {gain['high']:+.1f}%]")
+          + f"  significant: {r['significant']}")
+    print(f"  effects            {r['effects_pct']}")
+    print(f"  TuneD 4096         {tuned}")
+    print(f"  wall               {r['wall_s']} s for {r['trials']} trials ({r['fio_s']} s in fio);"
+          f" overhead per trial {r['overhead_per_trial_s']} s (target < 1 s)")
+    print(f"  device back at its start values: {r['device_back_at_start']}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     parser.add_argument("--size", default="2GiB", help="backing file size (default 2GiB)")
@@ -143,20 +160,7 @@ def main() -> int:
         print(json.dumps(reports, indent=2))
         return 0
     for r in reports:
-        gain = r["gain_pct"]
-        tuned = r["tuned_throughput_performance"]
-        print(f"== {r['backing']}: {r['file_bytes'] >> 20} MiB, direct I/O {r['direct_io']}, {r['strategy']}")
-        print(f"  baseline           {r['baseline']} (reliable: {r['baseline_reliable']})")
-        print(f"  recommendation     {r['recommendation']}"
-              + (" (keep current)" if r["keep_current"] else "")
-              + ("" if gain is None
-                 else f"  gain {gain['pct']:+.1f}% [{gain['low']:+.1f}%, {gain['high']:+.1f}%]")
-              + f"  significant: {r['significant']}")
-        print(f"  effects            {r['effects_pct']}")
-        print(f"  TuneD 4096         {tuned}")
-        print(f"  wall               {r['wall_s']} s for {r['trials']} trials ({r['fio_s']} s in fio);"
-              f" overhead per trial {r['overhead_per_trial_s']} s (target < 1 s)")
-        print(f"  device back at its start values: {r['device_back_at_start']}")
+        print_report(r)
     return 0
 
 
