@@ -45,8 +45,9 @@ def spec(strategy: str, trials: int = 400) -> TuningSpec:
         }}).spec
 
 
-def engine_seconds_per_trial(strategy: str, seed: int) -> float:
-    """Wall time of next() + record() per trial over a whole run (the surface's time excluded)."""
+def engine_seconds_per_trial(strategy: str, seed: int) -> tuple[float, float]:
+    """Wall time of next() + record() per trial over a whole run (the surface's time excluded),
+    and of one progress() at the end (the live view's, the dearest: it replays the whole run)."""
     s = spec(strategy)
     engine = Engine(s, BASELINE, seed=seed)
     surface = Surface(streaming, seed=seed)
@@ -61,7 +62,9 @@ def engine_seconds_per_trial(strategy: str, seed: int) -> float:
         t0 = time.perf_counter()
         engine.record(m)
         spent += time.perf_counter() - t0
-    return spent / max(1, len(engine.measurements))
+    t0 = time.perf_counter()
+    engine.progress()
+    return spent / max(1, len(engine.measurements)), time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,8 +89,10 @@ def main(argv: list[str] | None = None) -> int:
             "recommended_within_noise": sum(1 for c in costs if within_noise(spec(strategy), c.found, c.best,
                                                                              max(NOISE_FLOOR, NOISE_CV))),
             "runs": len(costs),
-            "engine_ms_per_trial": 1000 * engine_seconds_per_trial(strategy, 0),
         }
+        per_trial, progress = engine_seconds_per_trial(strategy, 0)
+        report["strategies"][strategy].update(engine_ms_per_trial=1000 * per_trial,
+                                              progress_ms_at_end=1000 * progress)
     s = report["strategies"]
     grid_trials = s["grid"]["trials_median"]
     report["bayesian_share_of_grid"] = s["bayesian"]["trials_to_within_noise_median"] / grid_trials
@@ -99,11 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     print(f"surface: 120 points, noise CV {100 * NOISE_CV:.1f}%, {args.seeds} seeds; medians")
     print(f"{'strategy':14} {'to-within-noise':>15} {'max':>5} {'trials':>7} {'points':>7}"
-          f" {'recommended ok':>15} {'engine ms/trial':>16}")
+          f" {'recommended ok':>15} {'engine ms/trial':>16} {'progress ms':>12}")
     for name, r in s.items():
         print(f"{name:14} {r['trials_to_within_noise_median']:>15} {r['trials_to_within_noise_max']:>5}"
               f" {r['trials_median']:>7} {r['points_median']:>7}"
-              f" {r['recommended_within_noise']:>10}/{r['runs']:<4} {r['engine_ms_per_trial']:>16.2f}")
+              f" {r['recommended_within_noise']:>10}/{r['runs']:<4} {r['engine_ms_per_trial']:>16.2f}"
+              f" {r['progress_ms_at_end']:>12.1f}")
     print(f"bayesian reaches the noise of the grid's best in {100 * report['bayesian_share_of_grid']:.0f}%"
           f" of the grid's trials (target <= 40%); in"
           f" {100 * report['bayesian_share_of_grid_to_within_noise']:.0f}% of the trials the grid"

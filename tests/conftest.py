@@ -56,6 +56,22 @@ class Golden:
             )
 
 
+#: Fixtures that hand a test real loop devices.
+_LOOP_FIXTURES = frozenset({"loop_device", "loop_devices", "fresh_loops", "stream_loop"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``./dev test`` runs two workers), every test that uses real block
+    devices or runs fio goes to one worker, one at a time: their measurements (read-ahead
+    significance, couplings) need the devices to themselves, and loop numbers stay predictable.
+    Everything else spreads over the workers."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        module = item.nodeid.split("::")[0]
+        if item.get_closest_marker("root") or fixtures & _LOOP_FIXTURES or "fio" in module:
+            item.add_marker(pytest.mark.xdist_group("devices"))
+
+
 @pytest.fixture
 def golden(request: pytest.FixtureRequest) -> Golden:
     return Golden(update=bool(request.config.getoption("--update-golden")))

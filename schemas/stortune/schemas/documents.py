@@ -7,6 +7,7 @@ the line to fix.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,37 @@ def validation_problems(exc: ValidationError, where: str) -> list[Problem]:
             )
         problems.append(Problem(where, field_path(err["loc"]), msg))
     return problems
+
+
+def check_header(data: Any, where: str, kind: str) -> dict[str, Any]:
+    """``data`` if it is a mapping of ``kind`` at apiVersion stortune/v1, else DocumentError."""
+    if not isinstance(data, dict):
+        raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
+    if data.get("kind") != kind:
+        raise DocumentError([Problem(where, "kind", f"{data.get('kind')!r:.80} is not a {kind} document")])
+    if data.get("apiVersion") != API_VERSION:
+        raise DocumentError([Problem(where, "apiVersion",
+                                     f"{data.get('apiVersion')!r:.80}; expected {API_VERSION!r}")])
+    return data
+
+
+def labelled(data: dict[str, Any], where: str, kind: str) -> str:
+    """Where a document is, with its kind and name when it has one: ``exp.yaml (Kind/name)``."""
+    meta = data.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    return f"{where} ({kind}/{name})" if isinstance(name, str) and 0 < len(name) <= 253 else where
+
+
+def without_tags(problems: list[Problem], lists: str, tags: Iterable[str]) -> list[Problem]:
+    """Problems without the union tag pydantic puts after an item of a tagged list
+    (``workloads[0].preset.size`` is ``workloads[0].size``); ``lists`` is a regex of the lists."""
+    out = []
+    for problem in problems:
+        path = problem.path
+        for tag in tags:
+            path = re.sub(rf"((?:{lists})\[\d+\])\.{tag}(?=\.|$)", r"\1", path, count=1)
+        out.append(Problem(problem.where, path, problem.message))
+    return out
 
 
 def parse_profile(data: Any, where: str = "document") -> StorageProfile:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from stortune.schemas.tuning.engine import Engine
+from stortune.schemas.tuning.engine import Engine, trial_plan
 from stortune.schemas.tuning.simulate import Surface, drive, flat, streaming
 from stortune.schemas.tuning.space import Measurement, TrialRequest
 from tests.schemas.tuning.docs import experiment
@@ -122,3 +122,45 @@ def test_measurements_of_another_experiment_are_refused() -> None:
     eng = Engine(experiment().spec, BASELINE)
     with pytest.raises(ValueError, match="not a point of this experiment"):
         eng.record(Measurement(index=0, point={"scheduler": "none"}, purpose="baseline"))
+
+
+def test_the_plan_says_what_a_run_will_do_before_it_runs() -> None:
+    plan = trial_plan(experiment().spec, BASELINE)
+    assert plan.parameters == {"read_ahead_kb": [0, 128, 1024, 4096, 16384],
+                               "nr_requests": [32, 64, 128, 256]}
+    assert plan.grid_size == 20 and plan.baseline_runs == 3 and plan.confirm_runs == 3
+    assert plan.first == [{"read_ahead_kb": v, "nr_requests": 64} for v in (128, 1024, 4096, 16384)]
+    assert plan.trials_estimate <= plan.trials_budget
+    grid = trial_plan(experiment(strategy="grid").spec, BASELINE)
+    assert grid.first[:2] == [{"read_ahead_kb": 0, "nr_requests": 32},
+                              {"read_ahead_kb": 0, "nr_requests": 64}]
+    md = experiment(target={"device": {"kind": ["md"]}}, constraints=[{"memory": "64MiB"}],
+                    parameters=[{"tunable": "stripe_cache_size", "values": [256, 4096, 8192]}]).spec
+    capped = trial_plan(md, {"stripe_cache_size": 256}, members=4)
+    assert capped.parameters == {"stripe_cache_size": [256, 4096]}
+    assert capped.excluded == {"stripe_cache_size": [8192]}
+
+
+def test_a_run_rebuilt_after_it_ended_keeps_its_reason() -> None:
+    for trials, elapsed, reason in ((60, 0.0, "done"), (13, 0.0, "budget-trials"),
+                                    (60, 5000.0, "budget-duration")):
+        spec = experiment(budget={"trials": trials, "duration": "30m"}).spec
+        eng = Engine(spec, BASELINE)
+        surface = Surface(streaming, seed=6)
+        while (req := eng.next(elapsed_s=elapsed if len(eng.measurements) > 4 else 0.0)) is not None:
+            eng.record(surface.run(req))
+        assert eng.finished_reason == reason
+        again = Engine(spec, BASELINE, history=eng.measurements)
+        assert again.next() is None and again.finished_reason == reason
+
+
+def test_a_run_without_a_finite_objective_counts_as_failed() -> None:
+    eng = Engine(experiment().spec, BASELINE)
+    req = eng.next()
+    assert req is not None
+    eng.record(Measurement(index=0, point=req.point, purpose=req.purpose,
+                           metrics={"read_bandwidth": float("nan")}))
+    out = eng.outcome()
+    assert out.trials[0].n == 0 and out.trials[0].failures == 1
+    again = eng.next()
+    assert again is not None and again.purpose == "baseline" and "run 2" in again.reason

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from stortune.schemas.documents import DocumentError
 from stortune.schemas.tuning.experiment import (
@@ -30,6 +32,10 @@ def problems(data: Any, **kw: Any) -> list[tuple[str, str]]:
      "<= 2048"),
     ({"parameters": [{"tunable": "nr_requests", "values": ["64"]}]}, "spec.parameters[0].values[0]",
      "must be an integer"),
+    ({"parameters": [{"tunable": "nr_requests", "values": [64, 1.5]}]}, "spec.parameters[0].values[1]",
+     "must be an integer or a name, got 1.5"),
+    ({"parameters": [{"tunable": "nr_requests", "values": [True]}]}, "spec.parameters[0].values[0]",
+     "got True"),
     ({"parameters": [{"tunable": "scheduler", "values": ["none", "Bad Name"]}]},
      "spec.parameters[0].values[1]", "scheduler name"),
     ({"parameters": [{"tunable": "nr_requests", "values": [32, 32]}]}, "spec.parameters[0].values[1]",
@@ -56,13 +62,24 @@ def problems(data: Any, **kw: Any) -> list[tuple[str, str]]:
     ({"objective": {"metric": "read_bandwidth", "step": "nope*"}}, "spec.objective.step", "matches no step"),
     ({"objective": {"metric": "read_bandwidth", "goal": "most"}}, "spec.objective.goal", "maximize"),
     ({"budget": {"trials": 3}}, "spec.budget.trials", "no room for a search"),
+    ({"budget": {"trials": 10}}, "spec.budget.trials", "take 11"),
+    ({"repeats": {"min": 1, "max": 1, "baseline": 1, "confirm": 1}, "budget": {"trials": 3}},
+     "spec.budget.trials", "take 4"),
+    ({"repeats": {"baseline": 0}}, "spec.repeats.baseline", "greater than or equal to 1"),
     ({"repeats": {"min": 4, "max": 2}}, "spec.repeats", "below min"),
-    ({"constraints": [{"memory": "1G"}]}, "spec.constraints[0].memory", "which no parameter varies"),
+    ({"constraints": [{"memory": "0"}]}, "spec.constraints[0].memory", "greater than 0"),
+    ({"constraints": [{"memory": "lots"}]}, "spec.constraints[0].memory", ""),
     ({"constraints": [{"fairness": "read_bandwidth", "maxCV": "0%"}]}, "spec.constraints[0].maxCV",
      "above 0%"),
     ({"constraints": [{"fairness": "read_iops", "maxCV": 10}]}, "spec.constraints[0].fairness", ""),
+    ({"workloads": [{"name": "one", "pattern": "read", "runtime": 5}],
+      "constraints": [{"fairness": "read_bandwidth", "maxCV": 10}]}, "spec.constraints[0].fairness",
+     "needs concurrent jobs"),
     ({"constraints": [{"metric": "read_lat_p99", "max": "fast"}]}, "spec.constraints[0].max", "latency"),
     ({"constraints": [{"metric": "read_lat_p99"}]}, "spec.constraints[0]", "give min, max"),
+    ({"constraints": [{"metric": "write_lat_p99", "max": "5ms"}]}, "spec.constraints[0]",
+     "write_lat_p99 would never be measured"),
+    ({"objective": {"metric": "write_bandwidth"}}, "spec.objective", "no step it names writes"),
     ({"workloads": [{"preset": "seq-1m"}]}, "spec.workloads", "read workloads only"),
     ({"workloads": []}, "spec.workloads", "at least 1"),
     ({"maxHosts": 65}, "spec.maxHosts", "64"),
@@ -129,6 +146,37 @@ def test_a_valid_experiment_reads_and_round_trips() -> None:
     assert again == exp
 
 
+def test_the_designs_example_reads() -> None:
+    [exp] = load_experiments(DESIGN_EXAMPLE, "design.yaml")
+    assert exp.spec.keys == ["read_ahead_kb", "nr_requests", "scheduler@beneath"]
+    assert [type(c).__name__ for c in exp.spec.constraints] == ["MetricBound", "Fairness", "MemoryBound"]
+
+
+DESIGN_EXAMPLE = """
+apiVersion: stortune/v1
+kind: TuningExperiment
+metadata: {name: streamer-readahead}
+spec:
+  hostSelector: {matchLabels: {role: streamer}}
+  maxHosts: 1
+  target: {device: {kind: [disk], driver: megaraid_sas}}
+  workloads: [{preset: stream-32k, runtime: 20s}]
+  objective: {metric: read_bandwidth, goal: maximize, step: "*"}
+  constraints:
+    - {metric: read_lat_p99, max: 50ms}
+    - {fairness: read_bandwidth, maxCV: 10%}
+    - {memory: 512MiB}
+  parameters:
+    - {tunable: read_ahead_kb, values: [0, 128, 1024, 4096, 16384]}
+    - {tunable: nr_requests, range: {min: 32, max: 1024, scale: log, steps: 6}}
+    - {tunable: scheduler, at: beneath, values: [none, mq-deadline]}
+  strategy: one-at-a-time
+  repeats: {min: 2, max: 5}
+  budget: {trials: 30, duration: 30m}
+  applyResult: false
+"""
+
+
 def test_log_ranges_deduplicate_and_keep_multiples() -> None:
     exp = experiment(parameters=[{"tunable": "read_ahead_kb",
                                   "range": {"min": 4, "max": 16, "scale": "log", "steps": 8}}])
@@ -137,3 +185,24 @@ def test_log_ranges_deduplicate_and_keep_multiples() -> None:
 
 def test_goal_defaults_to_the_metrics_direction() -> None:
     assert not experiment(objective={"metric": "read_lat_p99"}).spec.objective.maximize
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.floats()
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12)
+_FIELDS = st.sampled_from(["target", "workloads", "objective", "constraints", "parameters", "strategy",
+                           "repeats", "budget", "maxHosts", "hostSelector", "applyResult", "seed"])
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=_FIELDS, value=_JSON, inner=st.sampled_from(["parameters", "constraints", "objective"]))
+def test_any_garbage_is_a_document_error_naming_a_field(field: str, value: Any, inner: str) -> None:
+    data = doc(**{field: value})
+    if inner in data["spec"] and isinstance(data["spec"][inner], list) and data["spec"][inner]:
+        data["spec"][inner] = [value, *data["spec"][inner][1:]]
+    try:
+        parse_experiment(data)
+    except DocumentError as exc:
+        assert exc.problems and all(p.path.startswith("spec") for p in exc.problems), exc.problems

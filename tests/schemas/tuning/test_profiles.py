@@ -7,7 +7,7 @@ from stortune.schemas.planner import plan
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import RecordedOriginal, Topology
 from stortune.schemas.tuning.engine import Engine
-from stortune.schemas.tuning.overlay import overlay_conflicts, overlay_profile
+from stortune.schemas.tuning.overlay import devices_beneath, overlay_conflicts, overlay_profile
 from stortune.schemas.tuning.recommend import class_match, recommended_profile
 from stortune.schemas.tuning.simulate import Surface, drive, flat
 from tests.schemas.topologies import streamer_with_md
@@ -110,3 +110,13 @@ def test_a_device_without_stable_facts_is_matched_by_name() -> None:
     assert part is not None
     bare = part.model_copy(update={"roles": [], "kind": topo.device("sdb").kind})  # type: ignore[union-attr]
     assert class_match(bare)["name"] == ["sdb1"]
+
+
+def test_beneath_an_md_array_are_its_partitions_and_their_disks() -> None:
+    topo = streamer_with_md()
+    below = devices_beneath(topo, "md0")
+    assert [d.name for d in below] == ["sdb1", "sdc1", "sdd1", "sdb", "sdc", "sdd"]
+    md0 = topo.device("md0")
+    assert md0 is not None
+    overlay = overlay_profile("md-stream", {"scheduler@beneath": "none"}, md0, below)
+    assert [(r.name, r.match.name) for r in overlay.spec.rules] == [("beneath-disk", ["sdb", "sdc", "sdd"])]

@@ -42,9 +42,16 @@ from stortune.schemas.bench.steps import (
     TargetFacts,
     WorkloadStep,
 )
-from stortune.schemas.documents import DocumentError, Problem, validation_problems
+from stortune.schemas.documents import (
+    DocumentError,
+    Problem,
+    check_header,
+    labelled,
+    validation_problems,
+    without_tags,
+)
 from stortune.schemas.patterns import glob_matches
-from stortune.schemas.profile import API_VERSION, Glob, LabelSelector, Match, Metadata
+from stortune.schemas.profile import Glob, LabelSelector, Match, Metadata
 
 KIND = "BenchmarkSpec"
 _NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -280,7 +287,8 @@ class Threshold(_Doc):
         name = info.data.get("metric")
         if name is None:
             raise ValueError("cannot read the bound without a valid metric")
-        return metrics.get(name).parse(v)
+        # Twelve digits: the unit conversion's last bit would not survive document() and back.
+        return float(f"{metrics.get(name).parse(v):.12g}")
 
     @model_validator(mode="after")
     def _bounded(self) -> Threshold:
@@ -363,31 +371,13 @@ class BenchmarkSpec(_Doc):
 _TAGS = ("preset", "workload")
 
 
-def _problems(exc: ValidationError, where: str) -> list[Problem]:
-    """validation_problems, without the union tag pydantic puts after ``workloads[i]``."""
-    out = []
-    for problem in validation_problems(exc, where):
-        path = problem.path
-        for tag in _TAGS:
-            path = re.sub(rf"(workloads\[\d+\])\.{tag}(?=\.|$)", r"\1", path, count=1)
-        out.append(Problem(problem.where, path, problem.message))
-    return out
-
-
 def parse_benchmark(data: Any, where: str = "document") -> BenchmarkSpec:
-    if not isinstance(data, dict):
-        raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
-    kind, api = data.get("kind"), data.get("apiVersion")
-    if kind != KIND:
-        raise DocumentError([Problem(where, "kind", f"{kind!r} is not a {KIND} document")])
-    if api != API_VERSION:
-        raise DocumentError([Problem(where, "apiVersion", f"{api!r}; expected {API_VERSION!r}")])
+    data = check_header(data, where, KIND)
     try:
         return BenchmarkSpec.model_validate(data)
     except ValidationError as exc:
-        meta = data.get("metadata")
-        name = meta.get("name") if isinstance(meta, dict) else None
-        raise DocumentError(_problems(exc, f"{where} ({KIND}/{name})" if name else where)) from None
+        found = validation_problems(exc, labelled(data, where, KIND))
+        raise DocumentError(without_tags(found, "workloads", _TAGS)) from None
 
 
 def load_benchmark(text: str, source: str = "<input>") -> BenchmarkSpec:

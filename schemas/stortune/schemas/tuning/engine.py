@@ -20,6 +20,7 @@ The trial budget always keeps room for steps 4 and 5.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -43,6 +44,45 @@ class Progress(_Model):
     margin_pct: float | None = Field(default=None, description="Leader against the runner-up, in %")
     best_so_far: list[float | None] = Field(
         default_factory=list, description="The best feasible mean after each trial")
+
+
+class TrialPlan(_Model):
+    """What an experiment will do, before it runs (``?dryRun=All``)."""
+
+    strategy: str
+    parameters: dict[str, list[int | str]] = Field(description="Each parameter's values to try")
+    excluded: dict[str, list[int | str]] = Field(
+        default_factory=dict, description="Values a memory bound rules out before any run")
+    grid_size: int
+    trials_estimate: int = Field(description="Benchmark runs, both baselines and the confirmation included")
+    trials_budget: int
+    duration_budget_s: float | None = None
+    baseline_runs: int
+    confirm_runs: int
+    repeats: dict[str, int]
+    first: list[Point] = Field(description="The first points the search will measure (at most 20)")
+
+
+def trial_plan(spec: TuningSpec, baseline: Point, members: int = 1) -> TrialPlan:
+    """The plan of a run from ``baseline``: the space, the order it starts in, what it costs."""
+    engine = Engine(spec, baseline, members=members)
+    dims = dimensions(spec, members)
+    excluded = {p.key: [v for v in p.choices() if v not in d.choices]
+                for p, d in zip(spec.parameters, dims, strict=True)}
+    first: list[Point] = []
+    if isinstance(engine.strategy, Grid):
+        first = engine.strategy.points()[:20]
+    elif isinstance(engine.strategy, OneAtATime):
+        sweep = dims[0]
+        first = [{**engine.baseline, sweep.key: v} for v in sweep.choices
+                 if v != engine.baseline[sweep.key]][:20]
+    return TrialPlan(
+        strategy=spec.strategy, parameters={d.key: list(d.choices) for d in dims},
+        excluded={k: v for k, v in excluded.items() if v}, grid_size=math.prod(len(d.choices) for d in dims),
+        trials_estimate=engine.total_estimate(), trials_budget=spec.budget.trials,
+        duration_budget_s=spec.budget.duration, baseline_runs=spec.baseline_runs,
+        confirm_runs=spec.confirm_runs, repeats={"min": spec.repeats.min, "max": spec.repeats.max},
+        first=first)
 
 
 def dimensions(spec: TuningSpec, members: int = 1) -> list[Dimension]:
@@ -110,7 +150,7 @@ class Engine:
         return [m for m in self.measurements if point_key(m.point) == key and m.purpose not in evidence.APART]
 
     def _complete(self, runs: Sequence[Measurement], wanted: int) -> bool:
-        ok = sum(1 for m in runs if m.ok)
+        ok = sum(1 for m in runs if evidence.usable(self.spec, m))
         return ok >= wanted or len(runs) - ok >= MAX_FAILURES
 
     def _request(self, point: Point, purpose: Purpose, reason: str) -> TrialRequest:
@@ -134,7 +174,7 @@ class Engine:
         base_runs = [m for m in self._runs(self.baseline) if m.purpose == "baseline"]
         if not self._complete(base_runs, spec.baseline_runs):
             return self._request(self.baseline, "baseline", f"the current settings, run {len(base_runs) + 1}")
-        if not any(m.ok for m in base_runs):
+        if not any(evidence.usable(spec, m) for m in base_runs):
             return self._finish("baseline-failed")
         closing = any(m.purpose in ("confirm", "baseline-end") for m in self.measurements)
         if not closing and self._cut is None:
@@ -154,7 +194,17 @@ class Engine:
         if not self._complete(end, spec.baseline_runs):
             return self._request(self.baseline, "baseline-end",
                                  f"the current settings again, to check nothing drifted (run {len(end) + 1})")
-        return self._finish(self._cut or "done")
+        return self._finish(self._cut or self._why_closed())
+
+    def _why_closed(self) -> str:
+        """Why a run rebuilt from its history closed: the search was complete, or a budget cut it
+        (the elapsed time that cut it is not in the history; a search with room left was cut by it)."""
+        closing = next(i for i, m in enumerate(self.measurements) if m.purpose in ("confirm", "baseline-end"))
+        replay = Engine(self.spec, self.baseline, self.measurements[:closing], self.seed, self.members)
+        if replay._search() is None:
+            return "done"
+        room = closing < self.spec.budget.trials - self.spec.baseline_runs - self.spec.confirm_runs
+        return "budget-duration" if room and self.spec.budget.duration is not None else "budget-trials"
 
     def leader(self) -> TrialSummary | None:
         """The best feasible point by the search's runs (confirmation runs apart)."""
@@ -220,7 +270,7 @@ class Engine:
 
     def _gave_up(self, point: Point) -> bool:
         runs = [m for m in self._runs(point) if m.purpose == "repeat"]
-        return sum(1 for m in runs if not m.ok) >= MAX_FAILURES
+        return sum(1 for m in runs if not evidence.usable(self.spec, m)) >= MAX_FAILURES
 
     # -- reading ------------------------------------------------------------------
     def total_estimate(self) -> int:

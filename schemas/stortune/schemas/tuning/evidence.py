@@ -125,8 +125,13 @@ def _violations(spec: TuningSpec, point: Point, runs: Sequence[Measurement], mem
     return out
 
 
+def usable(spec: TuningSpec, m: Measurement) -> bool:
+    """A run that measured the objective (a finite number); anything else counts as failed."""
+    return m.ok and math.isfinite(m.metrics.get(spec.objective.metric, math.nan))
+
+
 def summarize_point(spec: TuningSpec, runs: Sequence[Measurement], members: int = 1) -> TrialSummary:
-    good = [r for r in runs if r.ok and spec.objective.metric in r.metrics]
+    good = [r for r in runs if usable(spec, r)]
     values = [r.metrics[spec.objective.metric] for r in good]
     mean = _mean(values)
     low = high = None
@@ -251,7 +256,7 @@ def outcome(spec: TuningSpec, baseline: Point, measurements: Sequence[Measuremen
         metric=spec.objective.metric, goal="maximize" if spec.objective.maximize else "minimize",
         trials=trials, confirmation=confirmation, baseline=check, recommendation=rec,
         effects=effects(spec, trials, leader.point if leader else None),
-        measurements=len(measurements), failed=sum(1 for m in measurements if not m.ok),
+        measurements=len(measurements), failed=sum(1 for m in measurements if not usable(spec, m)),
         finished_reason=finished_reason)
 
 

@@ -34,13 +34,21 @@ from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
 from stortune.schemas import catalog, sizes
 from stortune.schemas.bench import metrics
-from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, Target, WorkloadItem
+from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, Target, Threshold, WorkloadItem
 from stortune.schemas.bench.steps import TargetFacts
 from stortune.schemas.catalog import TunableValueError, Value
-from stortune.schemas.documents import DocumentError, Problem, load_yaml_documents, validation_problems
+from stortune.schemas.documents import (
+    DocumentError,
+    Problem,
+    check_header,
+    labelled,
+    load_yaml_documents,
+    validation_problems,
+    without_tags,
+)
 from stortune.schemas.patterns import glob_matches
 from stortune.schemas.planner import device_facts
-from stortune.schemas.profile import API_VERSION, Glob, LabelSelector, Match, Metadata
+from stortune.schemas.profile import Glob, LabelSelector, Match, Metadata
 from stortune.schemas.topology import Device
 
 KIND = "TuningExperiment"
@@ -57,6 +65,9 @@ BENEATH = "@beneath"
 
 Strategy = Literal["one-at-a-time", "grid", "bayesian"]
 Goal = Literal["maximize", "minimize"]
+#: What each fio pattern measures.
+_DIRECTIONS = {"read": ("read",), "randread": ("read",), "write": ("write",), "randwrite": ("write",),
+               "rw": ("read", "write"), "randrw": ("read", "write")}
 #: A sub-path a validator puts before its message ("@values[3] ...") to name the item at fault.
 _SUBPATH = re.compile(r"^@((?:\.?[A-Za-z]+|\[\d+\])+) ")
 
@@ -108,13 +119,24 @@ class ValueRange(_Doc):
         return out
 
 
+def _scalar(value: object) -> object:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise ValueError(f"must be an integer or a name, got {value!r:.40}")
+    return value
+
+
+#: One value of a parameter: the tunable's own check (in Parameter) says which kind it takes.
+ParamValue = Annotated[int | str, BeforeValidator(_scalar), WithJsonSchema(
+    {"anyOf": [{"type": "integer"}, {"type": "string", "maxLength": 32}]})]
+
+
 class Parameter(_Doc):
     tunable: str = Field(description="A catalog tunable: " + ", ".join(sorted(
         t.name for t in catalog.ordered() if t.scope == "device")))
     at: Literal["target", "beneath"] = Field(
         default="target", description="On the target device, or on every device beneath it"
                                       " (the md members' scheduler)")
-    values: list[StrictInt | str] | None = Field(default=None, min_length=1, max_length=MAX_VALUES)
+    values: list[ParamValue] | None = Field(default=None, min_length=1, max_length=MAX_VALUES)
     range: ValueRange | None = None
 
     @field_validator("tunable")
@@ -181,37 +203,8 @@ class Objective(_Doc):
         return self.goal == "maximize"
 
 
-class MetricBound(_Doc):
-    """Another metric's bound, on the mean of a point's repeats."""
-
-    metric: str = Field(json_schema_extra={"enum": list(metrics.METRICS)})
-    step: Glob = "*"
-    min: float | None = None
-    max: float | None = None
-
-    @field_validator("metric")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        return _metric(v)
-
-    @field_validator("min", "max", mode="before")
-    @classmethod
-    def _value(cls, v: object, info: ValidationInfo) -> float | None:
-        if v is None:
-            return None
-        name = info.data.get("metric")
-        if name is None:
-            raise ValueError("cannot read the bound without a valid metric")
-        # Twelve digits: the unit conversion's last bit would not survive document() and back.
-        return float(f"{metrics.get(name).parse(v):.12g}")
-
-    @model_validator(mode="after")
-    def _bounded(self) -> MetricBound:
-        if self.min is None and self.max is None:
-            raise ValueError("give min, max or both")
-        if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError("min is larger than max")
-        return self
+class MetricBound(Threshold):
+    """Another metric's bound, on the mean of a point's runs over the steps named by ``step``."""
 
 
 def _percent(value: object) -> float:
@@ -261,6 +254,11 @@ Constraint = Annotated[
 class Repeats(_Doc):
     min: StrictInt = Field(default=2, ge=1, le=20, description="Runs of every point tried")
     max: StrictInt = Field(default=5, ge=1, le=50, description="Runs of the leading points at most")
+    baseline: StrictInt = Field(default=3, ge=1, le=20, description=(
+        "Runs of the current settings at the start and again at the end (with fewer than 3 the"
+        " drift check has little power)"))
+    confirm: StrictInt = Field(default=3, ge=1, le=20, description=(
+        "Fresh runs of the winner that judge its gain (the search's runs chose it: they are biased)"))
 
     @model_validator(mode="after")
     def _ordered(self) -> Repeats:
@@ -311,8 +309,9 @@ class TuningSpec(_Doc):
         least = 2 * self.baseline_runs + self.repeats.min + self.confirm_runs
         if self.budget.trials < least:
             raise ValueError(f"@budget.trials {self.budget.trials} leaves no room for a search: the baseline"
-                             f" at both ends ({self.baseline_runs} runs each), one point"
-                             f" ({self.repeats.min}) and its confirmation ({self.confirm_runs}) take {least}")
+                             f" at both ends ({self.baseline_runs} runs each, repeats.baseline), one point"
+                             f" ({self.repeats.min}, repeats.min) and its confirmation ({self.confirm_runs},"
+                             f" repeats.confirm) take {least}")
         limit = (info.context or {}).get("max_grid", MAX_GRID)
         size = grid_size(self.parameters)
         if size > limit:
@@ -325,17 +324,22 @@ class TuningSpec(_Doc):
         if writing:
             raise ValueError(f"@workloads {', '.join(writing[:4])} write to the device, destroying its"
                              " contents: an experiment runs read workloads only")
-        globs: list[tuple[str, str]] = [("objective.step", self.objective.step)]
-        globs += [(f"constraints[{i}].step", c.step) for i, c in enumerate(self.constraints)
-                  if isinstance(c, MetricBound | Fairness)]
-        for path, glob in globs:
-            if not any(glob_matches(glob, n) for n in names):
-                raise ValueError(f"@{path} {glob!r} matches no step; steps are {', '.join(names)}")
+        wanted: list[tuple[str, str, str]] = [("objective", self.objective.step, self.objective.metric)]
+        wanted += [(f"constraints[{i}]", c.step, c.metric if isinstance(c, MetricBound) else c.fairness)
+                   for i, c in enumerate(self.constraints) if isinstance(c, MetricBound | Fairness)]
+        for path, glob, metric in wanted:
+            named = [s for s in steps if glob_matches(glob, s.name)]
+            if not named:
+                raise ValueError(f"@{path}.step {glob!r} matches no step; steps are {', '.join(names)}")
+            direction = metric.split("_", 1)[0]
+            if direction in ("read", "write") and not any(direction in _DIRECTIONS[s.pattern] for s in named):
+                raise ValueError(f"@{path} no step it names {direction}s, so {metric} would never be"
+                                 " measured")
         for i, c in enumerate(self.constraints):
-            if isinstance(c, MemoryBound) and not any(p.tunable == "stripe_cache_size"
-                                                      for p in self.parameters):
-                raise ValueError(f"@constraints[{i}].memory bounds stripe_cache_size's RAM, which no"
-                                 " parameter varies")
+            named = [s for s in steps if isinstance(c, Fairness) and glob_matches(c.step, s.name)]
+            if named and all(s.numjobs == 1 for s in named):
+                raise ValueError(f"@constraints[{i}].fairness needs concurrent jobs, and every step it names"
+                                 " runs one (numjobs)")
         return self
 
     def bench_body(self, *, per_job: bool = False, writes: bool = False) -> BenchmarkSpecBody:
@@ -348,13 +352,13 @@ class TuningSpec(_Doc):
 
     @property
     def baseline_runs(self) -> int:
-        """Runs of the baseline at each end: at least 3, or the drift check has no power."""
-        return max(3, self.repeats.min)
+        """Runs of the baseline at each end."""
+        return self.repeats.baseline
 
     @property
     def confirm_runs(self) -> int:
-        """Fresh runs of the winner that judge its gain (the search's runs chose it: biased)."""
-        return max(3, self.repeats.min)
+        """Fresh runs of the winner that judge its gain."""
+        return self.repeats.confirm
 
     @property
     def fairness(self) -> list[Fairness]:
@@ -399,10 +403,8 @@ _TAGS = ("preset", "workload", "metric", "fairness", "memory")
 def _problems(exc: ValidationError, where: str) -> list[Problem]:
     """Field paths without pydantic's union tags, with a validator's ``@sub.path`` moved into the path."""
     out = []
-    for problem in validation_problems(exc, where):
+    for problem in without_tags(validation_problems(exc, where), "workloads|constraints", _TAGS):
         path, message = problem.path, problem.message
-        for tag in _TAGS:
-            path = re.sub(rf"((?:workloads|constraints)\[\d+\])\.{tag}(?=\.|$)", r"\1", path, count=1)
         m = _SUBPATH.match(message)
         if m:
             sub = m.group(1)
@@ -414,20 +416,11 @@ def _problems(exc: ValidationError, where: str) -> list[Problem]:
 
 def parse_experiment(data: Any, where: str = "document", *, max_grid: int = MAX_GRID) -> TuningExperiment:
     """A TuningExperiment from decoded YAML/JSON; ``DocumentError`` naming each field at fault."""
-    if not isinstance(data, dict):
-        raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])
-    kind, api = data.get("kind"), data.get("apiVersion")
-    if kind != KIND:
-        raise DocumentError([Problem(where, "kind", f"{kind!r:.80} is not a {KIND} document")])
-    if api != API_VERSION:
-        raise DocumentError([Problem(where, "apiVersion", f"{api!r:.80}; expected {API_VERSION!r}")])
+    data = check_header(data, where, KIND)
     try:
         return TuningExperiment.model_validate(data, context={"max_grid": max_grid})
     except ValidationError as exc:
-        meta = data.get("metadata")
-        name = meta.get("name") if isinstance(meta, dict) else None
-        label = f"{where} ({KIND}/{name})" if isinstance(name, str) and len(name) <= 253 else where
-        raise DocumentError(_problems(exc, label)) from None
+        raise DocumentError(_problems(exc, labelled(data, where, KIND))) from None
 
 
 def load_experiments(text: str, source: str = "<input>", *, max_grid: int = MAX_GRID

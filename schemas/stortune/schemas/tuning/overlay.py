@@ -14,10 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stortune.schemas import catalog
+from stortune.schemas.bench.target import beneath
 from stortune.schemas.catalog import Value
 from stortune.schemas.documents import DocumentError, parse_profile
 from stortune.schemas.profile import StorageProfile, is_name
-from stortune.schemas.topology import Device
+from stortune.schemas.topology import Device, Topology
 from stortune.schemas.tuning.experiment import BENEATH
 
 #: Annotation naming the experiment a profile comes from.
@@ -40,6 +41,13 @@ def profile_name(experiment: str, prefix: str = _PREFIX) -> str:
 def glob_literal(text: str) -> str:
     """A glob matching exactly ``text`` (its ``*``, ``?`` and ``[`` bracketed)."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+def devices_beneath(topology: Topology, name: str) -> list[Device]:
+    """Every device under ``name`` (md members, the disks holding them, multipath paths, PVs):
+    what ``at: beneath`` parameters are set on, each on the devices of a kind that takes it."""
+    found = (topology.device(b.device) for b in beneath(topology, name)[1:])
+    return [d for d in found if d is not None]
 
 
 def split_point(point: Mapping[str, Value]) -> tuple[dict[str, Value], dict[str, Value]]:

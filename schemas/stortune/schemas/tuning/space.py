@@ -129,7 +129,7 @@ def measure(result: BenchmarkResult, exp: TuningExperiment | TuningSpec, request
     wanted += [(c.step, c.metric) for c in spec.constraints if isinstance(c, MetricBound)]
     for glob, metric in wanted:
         value = _mean_over_steps(result, glob, metric)
-        if value is not None:
+        if value is not None and math.isfinite(value):  # a NaN would poison every mean after it
             found[metric] = value
     if spec.objective.metric not in found:
         return base.model_copy(update={

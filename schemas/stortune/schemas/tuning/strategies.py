@@ -185,7 +185,7 @@ class Bayesian:
 
     def startup(self) -> int:
         """Random points before the model leads: a few, fewer on a small space."""
-        return max(3, min(10, self.size // 8, self.budget_points // 3))
+        return max(3, min(6, self.size // 8, self.budget_points // 3))
 
     def estimate(self) -> int:
         return min(self.size, self.budget_points)
