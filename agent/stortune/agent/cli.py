@@ -149,7 +149,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a TuningExperiment document (- for stdin)")
     p.add_argument("--device", metavar="NAME",
                    help="the device to tune, when spec.target.device matches several")
-    p.add_argument("--profile-out", metavar="FILE", help="write the recommended StorageProfile (YAML) to FILE")
+    p.add_argument("--profile-out", metavar="FILE",
+                   help="write the recommended StorageProfile (YAML) to FILE")
     _state(p)
     _output(p, ("table", "json"), "table")
     return parser
