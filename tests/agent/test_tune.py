@@ -286,3 +286,17 @@ def test_a_trial_that_cannot_run_is_a_failed_measurement_not_a_crash(host: Host,
     assert result.recommendation.keepCurrent  # nothing measured beats the baseline: keep it
     assert host.queue("read_ahead_kb") == "128"
     assert journal.abandoned_experiment(tmp_path / "state") is None
+
+
+def test_an_error_mid_run_puts_the_settings_back_before_it_surfaces(host: Host, tmp_path: Path) -> None:
+    def broken(event: tune.Event) -> None:
+        if event.done is not None and event.request.purpose != "baseline":
+            raise RuntimeError("the terminal went away")
+
+    exp, fio = run_experiment(host, tmp_path, experiment(), listener=broken)
+    with pytest.raises(RuntimeError, match="terminal went away"):
+        exp.run()
+    assert fio.seen[-1]["read_ahead_kb"] != "128"  # it failed with a trial value in place ...
+    assert host.queue("read_ahead_kb") == "128"  # ... which was put back
+    assert journal.abandoned_experiment(tmp_path / "state") is None
+    assert journal.load_originals(tmp_path / "state") == {}

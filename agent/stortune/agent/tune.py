@@ -208,6 +208,7 @@ class LocalExperiment:
     # -- the loop --------------------------------------------------------------------
     def run(self) -> TuneResult:
         started = time.monotonic()
+        failure: Exception | None = None
         with journal.hold_experiment(self.state_dir, self.id, apply_timeout=self.apply_wait):
             try:
                 while not self.stop.is_set():
@@ -220,8 +221,13 @@ class LocalExperiment:
                     self.engine.record(trial.measurement)
                     self.trials.append(trial)
                     self._tell(request, done=trial)
+            except Exception as exc:
+                failure = exc  # raised once the settings are back and the lock is released
             finally:
+                # If this fails, the experiment stays recorded and the next start retries it.
                 left = self._end()
+        if failure is not None:
+            raise failure
         finished = self.engine.finished_reason or "interrupted"
         outcome = self.engine.outcome()
         profile = recommended_profile(self.exp, outcome, self.device, beneath=self.beneath)
