@@ -129,6 +129,8 @@ class Engine:
     # -- telling ------------------------------------------------------------------
     def record(self, m: Measurement) -> None:
         """A trial's measurement; one already recorded (same index and point) is ignored."""
+        # Checked again: model_copy(update=...) skips the validators that drop impossible figures.
+        m = Measurement.model_validate(m.model_dump())
         if set(m.point) != set(self.spec.keys):
             raise ValueError(f"measurement {m.index} is of {describe(m.point)}, not a point of this"
                              f" experiment ({', '.join(self.spec.keys)})")

@@ -1,0 +1,102 @@
+"""A hostile operator (or a broken agent) against the tuning core: every input is bounded,
+every bad figure is a failed run, never a crash, a NaN in the outcome or a stuck engine."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from stortune.schemas.tuning.engine import Engine
+from stortune.schemas.tuning.evidence import usable
+from stortune.schemas.tuning.fleet import pooled
+from stortune.schemas.tuning.simulate import Surface, streaming
+from stortune.schemas.tuning.space import Measurement
+from tests.schemas.tuning.docs import experiment
+
+BASELINE = {"read_ahead_kb": 0, "nr_requests": 64}
+BIG = {"read_ahead_kb": 16384}
+
+
+def _run(spec_kw: dict[str, object], bad: dict[str, float]) -> Engine:
+    """The engine to its end, the runs of read_ahead_kb=16384 reporting ``bad`` figures."""
+    eng = Engine(experiment(**spec_kw).spec, BASELINE)
+    surface = Surface(streaming, seed=3)
+    while (req := eng.next()) is not None:
+        m = surface.run(req)
+        if m.point["read_ahead_kb"] == BIG["read_ahead_kb"]:
+            m = Measurement.model_validate({**m.model_dump(), "metrics": {**m.metrics, **bad}})
+        eng.record(m)
+    return eng
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -1.0, 1e308, 1e200])
+def test_a_figure_no_device_can_measure_is_a_failed_run(value: float) -> None:
+    spec = experiment(constraints=[{"metric": "read_lat_p99", "max": "20ms"}]).spec
+    m = Measurement(index=0, point=BASELINE, purpose="baseline",
+                    metrics={"read_bandwidth": value, "read_lat_p99": value}, job_cv=value)
+    assert not usable(spec, m)
+    assert m.metrics == {} and m.job_cv is None
+    eng = _run({"constraints": [{"metric": "read_lat_p99", "max": "20ms"}]},
+               {"read_bandwidth": value})
+    out = eng.outcome()
+    assert eng.finished_reason == "done"
+    json.dumps(out.model_dump(mode="json"), allow_nan=False)  # no NaN/inf reaches the evidence
+    assert all(t.point["read_ahead_kb"] != 16384 or t.n == 0 for t in out.trials)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
+def test_a_constrained_figure_that_is_not_a_number_never_makes_a_point_feasible(value: float) -> None:
+    eng = _run({"constraints": [{"metric": "read_lat_p99", "max": "200ms"}]}, {"read_lat_p99": value})
+    out = eng.outcome()
+    json.dumps(out.model_dump(mode="json"), allow_nan=False)
+    big = [t for t in out.trials if t.point["read_ahead_kb"] == 16384]
+    assert big and not any(t.feasible for t in big)
+    assert out.recommendation.values["read_ahead_kb"] != 16384
+
+
+def test_a_fairness_figure_that_is_missing_or_not_a_number_is_a_violation() -> None:
+    spec = experiment(constraints=[{"fairness": "read_bandwidth", "maxCV": 10}]).spec
+    eng = Engine(spec, BASELINE)
+    surface = Surface(lambda p: {**streaming(p), "job_cv": 5.0}, seed=3)
+    while (req := eng.next()) is not None:
+        m = surface.run(req)
+        if m.point["read_ahead_kb"] == 16384:
+            m = m.model_copy(update={"job_cv": None})
+        eng.record(m)
+    big = [t for t in eng.outcome().trials if t.point["read_ahead_kb"] == 16384]
+    assert big and not any(t.feasible for t in big)
+    assert "not measured" in big[0].violations[0]
+
+
+def test_measurements_are_bounded() -> None:
+    with pytest.raises(ValueError, match="metrics"):
+        Measurement(index=0, point=BASELINE, purpose="baseline", metrics={f"m{i}": 1.0 for i in range(100)})
+    with pytest.raises(ValueError, match="metrics"):
+        Measurement(index=0, point=BASELINE, purpose="baseline", metrics={"x" * 1000: 1.0})
+
+
+def test_a_fleet_whose_hosts_report_zero_or_negative_figures_does_not_crash() -> None:
+    spec = experiment().spec
+    by_host: dict[str, list[Measurement]] = {}
+    for host, bad in (("a", 0.0), ("b", -5.0)):
+        eng = Engine(spec, BASELINE)
+        surface = Surface(streaming, seed=4)
+        while (req := eng.next()) is not None:
+            m = surface.run(req)
+            if m.point["read_ahead_kb"] == 1024:
+                m = Measurement.model_validate({**m.model_dump(), "metrics": {"read_bandwidth": bad}})
+            eng.record(m)
+        by_host[host] = eng.measurements
+    out = pooled(by_host, spec, {"a": BASELINE, "b": BASELINE})
+    json.dumps(out.model_dump(mode="json"), allow_nan=False)
+
+
+def test_figures_slipped_past_validation_are_dropped_when_recorded() -> None:
+    eng = Engine(experiment().spec, BASELINE)
+    req = eng.next()
+    assert req is not None
+    m = Measurement(index=req.index, point=req.point, purpose=req.purpose, metrics={"read_bandwidth": 1.0})
+    eng.record(m.model_copy(update={"metrics": {"read_bandwidth": math.nan}, "job_cv": -3.0}))
+    assert eng.measurements[0].metrics == {} and eng.measurements[0].job_cv is None
