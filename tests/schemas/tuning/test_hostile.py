@@ -8,12 +8,14 @@ import math
 
 import pytest
 
+from stortune.schemas.documents import DocumentError
 from stortune.schemas.tuning.engine import Engine
 from stortune.schemas.tuning.evidence import usable
+from stortune.schemas.tuning.experiment import parse_experiment
 from stortune.schemas.tuning.fleet import pooled
 from stortune.schemas.tuning.simulate import Surface, streaming
 from stortune.schemas.tuning.space import Measurement
-from tests.schemas.tuning.docs import experiment
+from tests.schemas.tuning.docs import doc, experiment
 
 BASELINE = {"read_ahead_kb": 0, "nr_requests": 64}
 BIG = {"read_ahead_kb": 16384}
@@ -100,3 +102,26 @@ def test_figures_slipped_past_validation_are_dropped_when_recorded() -> None:
     m = Measurement(index=req.index, point=req.point, purpose=req.purpose, metrics={"read_bandwidth": 1.0})
     eng.record(m.model_copy(update={"metrics": {"read_bandwidth": math.nan}, "job_cv": -3.0}))
     assert eng.measurements[0].metrics == {} and eng.measurements[0].job_cv is None
+
+
+def _problems(data: object) -> list[tuple[str, str]]:
+    with pytest.raises(DocumentError) as err:
+        parse_experiment(data)
+    return [(p.path, p.message) for p in err.value.problems]
+
+
+@pytest.mark.parametrize(("rng", "words"), [
+    ({"min": 4, "max": 10**400, "scale": "log"}, "less than or equal"),
+    ({"min": 4, "max": 2**1000}, "less than or equal"),
+    ({"min": 10**30, "max": 10**31}, "less than or equal"),
+])
+def test_absurd_ranges_are_refused_by_field(rng: dict[str, object], words: str) -> None:
+    found = _problems(doc(parameters=[{"tunable": "read_ahead_kb", "range": rng}]))
+    assert found and found[0][0].startswith("spec.parameters[0].range") and words in found[0][1], found
+    assert all(len(m) < 400 for _, m in found)
+
+
+@pytest.mark.parametrize("duration", ["99999999999999999999999h", 1e308, "400d", 10**12])
+def test_a_duration_budget_is_bounded(duration: object) -> None:
+    found = _problems(doc(budget={"trials": 60, "duration": duration}))
+    assert found[0][0] == "spec.budget.duration", found
