@@ -8,10 +8,11 @@ import math
 
 import pytest
 
-from stortune.schemas.documents import DocumentError
+from stortune.schemas.bench.spec import load_benchmark
+from stortune.schemas.documents import DocumentError, load_profiles
 from stortune.schemas.tuning.engine import Engine
 from stortune.schemas.tuning.evidence import usable
-from stortune.schemas.tuning.experiment import parse_experiment
+from stortune.schemas.tuning.experiment import load_experiments, parse_experiment
 from stortune.schemas.tuning.fleet import pooled
 from stortune.schemas.tuning.simulate import Surface, streaming
 from stortune.schemas.tuning.space import Measurement
@@ -125,3 +126,42 @@ def test_absurd_ranges_are_refused_by_field(rng: dict[str, object], words: str) 
 def test_a_duration_budget_is_bounded(duration: object) -> None:
     found = _problems(doc(budget={"trials": 60, "duration": duration}))
     assert found[0][0] == "spec.budget.duration", found
+
+
+EXPERIMENT_YAML = """apiVersion: stortune/v1
+kind: TuningExperiment
+metadata: {name: a}
+spec:
+  target: {device: {kind: [loop]}}
+  workloads: [{preset: stream-32k}]
+  objective: {metric: read_bandwidth}
+  parameters: [{tunable: read_ahead_kb, values: [0, 128]}]
+"""
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("[" * 50_000 + "]" * 50_000, "nested deeper than"),
+    ("a:\n" + "".join("  " * i + " - \n" for i in range(1, 200)), "nested deeper than"),
+    ("a: &a [b, *a]\n", "cycle"),
+    ("a: &a {b: {c: *a}}\n", "cycle"),
+    (EXPERIMENT_YAML + "metadata: {name: b}\n", "duplicate key 'metadata'"),
+    (EXPERIMENT_YAML.replace("parameters:", "parameters: []\n  parameters:"), "duplicate key 'parameters'"),
+    ("a: &a [x,x,x,x,x,x,x,x,x]\n" + "".join(
+        f"a{i}: &a{i} [{', '.join([f'*a{i - 1}' if i > 1 else '*a'] * 9)}]\n" for i in range(1, 9)),
+     "expands to more than"),
+])
+def test_hostile_yaml_is_a_document_error_not_a_crash(text: str, words: str) -> None:
+    for load in (load_experiments, load_profiles, load_benchmark):
+        with pytest.raises(DocumentError) as err:
+            load(text, "x.yaml")
+        assert words in str(err.value), (load, str(err.value)[:300])
+
+
+def test_anchors_and_merge_keys_still_read() -> None:
+    text = EXPERIMENT_YAML.replace("metadata: {name: a}", "metadata: &m {name: a}\nx-meta: *m").replace(
+        "x-meta: *m\n", "")
+    assert load_experiments(text)[0].name == "a"
+    merged = EXPERIMENT_YAML.replace("target: {device: {kind: [loop]}}",
+                                     "target: {device: {<<: {kind: [disk]}, kind: [loop]}}")
+    assert load_experiments(merged)[0].spec.target.device.kind is not None
+
