@@ -58,13 +58,13 @@ def _loader() -> type[Any]:
     class Loader(yaml.SafeLoader):
         _depth = 0
 
-        def compose_node(self, parent: Node | None, index: object) -> Node:
+        def compose_node(self, parent: Node | None, index: int) -> Node | None:
             self._depth += 1
             try:
                 if self._depth > MAX_DEPTH:
                     raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
-                                        self.peek_event().start_mark)
-                return super().compose_node(parent, index)  # type: ignore[no-any-return]
+                                        self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+                return super().compose_node(parent, index)
             finally:
                 self._depth -= 1
 
@@ -76,18 +76,17 @@ def _loader() -> type[Any]:
                                     node.start_mark)
             return node
 
-        def construct_mapping(self, node: Node, deep: bool = False) -> dict[Any, Any]:
-            if isinstance(node, MappingNode):
-                seen: set[Any] = set()
-                for key_node, _ in node.value:
-                    if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                        continue
-                    key = self.construct_object(key_node)
-                    if key in seen:
-                        raise ConstructorError("while reading a mapping", node.start_mark,
-                                               f"found duplicate key {key!r:.80}", key_node.start_mark)
-                    seen.add(key)
-            return super().construct_mapping(node, deep)  # type: ignore[no-any-return]
+        def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise ConstructorError("while reading a mapping", node.start_mark,
+                                           f"found duplicate key {key!r:.80}", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
 
     return Loader
 
