@@ -9,13 +9,17 @@ import math
 import pytest
 
 from stortune.schemas.bench.spec import load_benchmark
-from stortune.schemas.documents import DocumentError, load_profiles
+from stortune.schemas.documents import DocumentError, load_profiles, parse_profile
+from stortune.schemas.matching import mismatch
+from stortune.schemas.topology import Device, DeviceKind, ScsiHost
 from stortune.schemas.tuning.engine import Engine
 from stortune.schemas.tuning.evidence import usable
 from stortune.schemas.tuning.experiment import load_experiments, parse_experiment
 from stortune.schemas.tuning.fleet import pooled
+from stortune.schemas.tuning.recommend import class_match
 from stortune.schemas.tuning.simulate import Surface, streaming
 from stortune.schemas.tuning.space import Measurement
+from tests.schemas.topologies import num
 from tests.schemas.tuning.docs import doc, experiment
 
 BASELINE = {"read_ahead_kb": 0, "nr_requests": 64}
@@ -165,3 +169,31 @@ def test_anchors_and_merge_keys_still_read() -> None:
                                      "target: {device: {<<: {kind: [disk]}, kind: [loop]}}")
     assert load_experiments(merged)[0].spec.target.device.kind is not None
 
+
+def _device(name: str, model: str | None = None, driver: str | None = None) -> Device:
+    """A disk whose controller's driver is ``driver``; "=x": no controller driver, x its own."""
+    own = driver[1:] if driver and driver.startswith("=") else None
+    return Device(name=name, kind=DeviceKind.DISK, id=f"name:{name}", model=model, driver=own,
+                  scsi_host=ScsiHost(name="host0", driver=None if own else driver) if driver else None,
+                  tunables={"read_ahead_kb": num(128)})
+
+
+@pytest.mark.parametrize(("model", "driver"), [
+    ("x" * 4000, "megaraid_sas"),
+    ("\u00e9" * 200, None),
+    ("a b/c" * 80, "mpt3sas"),
+    ("PERC 5/i", "drv "),
+    ("ST.*(a|b)$^{1,2}\\", " megaraid_sas\t"),
+    ("QEMU HARDDISK", "=virtio_blk"),  # a SCSI host without a driver, the device's own
+])
+def test_the_recommended_match_takes_any_model_or_driver_and_matches_its_device(
+        model: str, driver: str | None) -> None:
+    target = _device("sdq", model, driver)
+    match = class_match(target)
+    profile = parse_profile({"apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": "p"},
+                             "spec": {"rules": [{"name": "r", "match": match,
+                                                 "settings": {"read_ahead_kb": 4096}}]}}, "p")
+    rule = profile.spec.rules[0].match
+    assert mismatch(rule, target) is None
+    if len(model) < 100:
+        assert mismatch(rule, _device("sdr", model + "X", driver)) is not None
