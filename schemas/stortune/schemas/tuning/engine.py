@@ -20,6 +20,7 @@ The trial budget always keeps room for steps 4 and 5.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 
@@ -210,7 +211,7 @@ class Engine:
 
     def leader(self) -> TrialSummary | None:
         """The best feasible point by the search's runs (confirmation runs apart)."""
-        order = [s for s in evidence.ranked(self.spec, self._summaries()) if not self._gave_up(s.point)]
+        order = self._contenders(self._summaries())
         return order[0] if order else None
 
     def _confirm(self) -> TrialRequest | None:
@@ -251,7 +252,7 @@ class Engine:
 
     def _refine(self, summaries: Sequence[TrialSummary]) -> TrialRequest | None:
         """One more run of the leader or the runner-up, until the noise rule separates them."""
-        order = [s for s in evidence.ranked(self.spec, summaries) if not self._gave_up(s.point)]
+        order = self._contenders(summaries)
         if len(order) < 2:
             return None
         leader, runner = order[0], order[1]
@@ -270,9 +271,16 @@ class Engine:
                              f" {d.delta_pct or 0:+.1f}% from the runner-up, inside the noise"
                              f" ({d.noise_text()})")
 
-    def _gave_up(self, point: Point) -> bool:
-        runs = [m for m in self._runs(point) if m.purpose == "repeat"]
-        return sum(1 for m in runs if not evidence.usable(self.spec, m)) >= MAX_FAILURES
+    def _contenders(self, summaries: Sequence[TrialSummary]) -> list[TrialSummary]:
+        """The feasible points best first, without those given up (repeats failed twice); one
+        pass over the history (a pass per point made the live view quadratic)."""
+        failed: dict[tuple[tuple[str, int | str], ...], int] = {}
+        for m in self.measurements:
+            if m.purpose == "repeat" and not evidence.usable(self.spec, m):
+                key = point_key(m.point)
+                failed[key] = failed.get(key, 0) + 1
+        return [s for s in evidence.ranked(self.spec, summaries)
+                if failed.get(point_key(s.point), 0) < MAX_FAILURES]
 
     # -- reading ------------------------------------------------------------------
     def total_estimate(self) -> int:
@@ -282,8 +290,7 @@ class Engine:
         return max(len(self.measurements), min(self.spec.budget.trials, estimate))
 
     def progress(self) -> Progress:
-        summaries = self._summaries()
-        order = [s for s in evidence.ranked(self.spec, summaries) if not self._gave_up(s.point)]
+        order = self._contenders(self._summaries())
         margin = None
         if len(order) >= 2:
             margin = evidence.compare(self.spec, order[1].values, order[0].values).delta_pct
@@ -293,17 +300,28 @@ class Engine:
                         best_so_far=self.best_so_far())
 
     def best_so_far(self) -> list[float | None]:
-        """The best feasible mean of the search as it stood after each trial."""
+        """The best feasible mean of the search as it stood after each trial.
+
+        Incremental (a heap of the points' standings, stale entries skipped): ranking every
+        point after every trial made the live view quadratic in the trials."""
         out: list[float | None] = []
+        sign = -1.0 if self.spec.objective.maximize else 1.0
         runs: dict[tuple[tuple[str, int | str], ...], list[Measurement]] = {}
-        current: dict[tuple[tuple[str, int | str], ...], TrialSummary] = {}
+        standing: dict[tuple[tuple[str, int | str], ...], tuple[float, int, float]] = {}
+        heap: list[tuple[float, int, tuple[tuple[str, int | str], ...]]] = []
         for m in self.measurements:
             if m.purpose not in evidence.APART:
                 key = point_key(m.point)
                 runs.setdefault(key, []).append(m)
-                current[key] = evidence.summarize_point(self.spec, runs[key], self.members)
-            order = evidence.ranked(self.spec, list(current.values()))
-            out.append(order[0].mean if order else None)
+                s = evidence.summarize_point(self.spec, runs[key], self.members)
+                if s.feasible and s.mean is not None:
+                    standing[key] = (sign * s.mean, s.first_index, s.mean)
+                    heapq.heappush(heap, (sign * s.mean, s.first_index, key))
+                else:
+                    standing.pop(key, None)
+            while heap and standing.get(heap[0][2], (None, None))[:2] != heap[0][:2]:
+                heapq.heappop(heap)
+            out.append(standing[heap[0][2]][2] if heap else None)
         return out
 
     def outcome(self) -> Outcome:
