@@ -22,6 +22,7 @@ from stortune.schemas.tuning.fleet import pooled
 from stortune.schemas.tuning.recommend import class_match
 from stortune.schemas.tuning.simulate import Surface, streaming
 from stortune.schemas.tuning.space import Measurement, Point, point_key
+from stortune.schemas.tuning.strategies import Bayesian, Dimension, Tried
 from tests.schemas.topologies import num
 from tests.schemas.tuning.docs import doc, experiment
 
@@ -251,3 +252,17 @@ def test_the_live_view_of_a_long_experiment_does_not_rank_every_point_after_ever
     points = len({point_key(m.point) for m in eng.measurements})
     assert ranked_items <= 2 * points
     assert keys <= 4 * len(eng.measurements)  # not once per point per trial
+
+
+@pytest.mark.parametrize("seed", [0, 2**31 - 1, 123_456_789])
+def test_bayesian_proposals_stay_in_the_declared_values_whatever_the_seed(seed: int) -> None:
+    dims = [Dimension("read_ahead_kb", (0, 4, 4096, 16384)), Dimension("nr_requests", (32, 2048)),
+            Dimension("scheduler@beneath", ("none", "bfq")), Dimension("queue_depth", (1,))]
+    search = Bayesian(dims, maximize=False, seed=seed, budget_points=40)
+    tried: list[Tried] = [Tried(point={"read_ahead_kb": 128, "nr_requests": 64, "scheduler@beneath": "kyber",
+                                       "queue_depth": 32}, mean=5.0, feasible=True)]  # the baseline, off grid
+    while (point := search.propose(tried)) is not None:
+        assert all(point[d.key] in d.choices for d in dims), point
+        assert point_key(point) not in {point_key(t.point) for t in tried}
+        tried.append(Tried(point=point, mean=float(len(tried) % 7), feasible=len(tried) % 3 > 0))
+    assert len(tried) <= 1 + 4 * 2 * 2
