@@ -266,3 +266,26 @@ def test_bayesian_proposals_stay_in_the_declared_values_whatever_the_seed(seed: 
         assert point_key(point) not in {point_key(t.point) for t in tried}
         tried.append(Tried(point=point, mean=float(len(tried) % 7), feasible=len(tried) % 3 > 0))
     assert len(tried) <= 1 + 4 * 2 * 2
+
+
+def test_a_history_from_another_document_or_baseline_is_refused_not_replayed() -> None:
+    wide = experiment(parameters=[{"tunable": "read_ahead_kb", "values": [0, 128, 16384]},
+                                  {"tunable": "nr_requests", "values": [32, 64]}]).spec
+    eng = Engine(wide, BASELINE)
+    surface = Surface(streaming, seed=1)
+    while (req := eng.next()) is not None:
+        eng.record(surface.run(req))
+    assert eng.outcome().recommendation.values["read_ahead_kb"] == 16384
+    # The document was changed between restarts: its history must not make the engine run or
+    # recommend a value the document no longer lists.
+    narrow = experiment(parameters=[{"tunable": "read_ahead_kb", "values": [0, 128]},
+                                    {"tunable": "nr_requests", "values": [32, 64]}]).spec
+    with pytest.raises(ValueError, match=r"read_ahead_kb=16384.*not a value of this experiment"):
+        Engine(narrow, BASELINE, history=eng.measurements)
+    # A baseline run must be of the baseline.
+    other = {"read_ahead_kb": 128, "nr_requests": 64}
+    with pytest.raises(ValueError, match="baseline"):
+        Engine(narrow, other, history=eng.measurements[:2])
+    fresh = Engine(narrow, BASELINE)
+    with pytest.raises(ValueError, match="baseline"):
+        fresh.record(Measurement(index=0, point=other, purpose="baseline", metrics={"read_bandwidth": 1.0}))

@@ -121,6 +121,8 @@ class Engine:
         self.seed = seed
         self.members = members
         self.strategy = make_strategy(spec, self.baseline, seed, members)
+        # What a recorded point may hold: a value tried, or the baseline's (one-at-a-time starts there).
+        self._allowed = {d.key: {*d.choices, self.baseline[d.key]} for d in dimensions(spec, members)}
         self.measurements: list[Measurement] = []
         self.finished_reason: str | None = None
         self._cut: str | None = None  # why the search stopped early (a budget)
@@ -142,6 +144,13 @@ class Engine:
             return
         if m.index > len(self.measurements):
             raise ValueError(f"trial {m.index} recorded before trial {len(self.measurements)}")
+        for key, value in m.point.items():
+            if value not in self._allowed[key]:
+                raise ValueError(f"measurement {m.index} has {key}={value!r:.40}, not a value of this"
+                                 " experiment (was its document changed?)")
+        if m.purpose in ("baseline", "baseline-end") and point_key(m.point) != point_key(self.baseline):
+            raise ValueError(f"measurement {m.index} is a baseline run of {describe(m.point)}, but the"
+                             f" baseline is {describe(self.baseline)}")
         self.measurements.append(m)
 
     # -- asking -------------------------------------------------------------------
