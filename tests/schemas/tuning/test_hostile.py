@@ -12,18 +12,24 @@ import pytest
 from stortune.schemas.bench.spec import load_benchmark
 from stortune.schemas.documents import DocumentError, load_profiles, parse_profile
 from stortune.schemas.matching import mismatch
-from stortune.schemas.topology import Device, DeviceKind, ScsiHost
+from stortune.schemas.planner import plan
+from stortune.schemas.topology import Device, DeviceKind, ScsiHost, Topology
 from stortune.schemas.tuning import engine as engine_module
 from stortune.schemas.tuning import evidence
 from stortune.schemas.tuning.engine import Engine
-from stortune.schemas.tuning.evidence import TrialSummary, usable
-from stortune.schemas.tuning.experiment import TuningSpec, load_experiments, parse_experiment
+from stortune.schemas.tuning.evidence import Outcome, TrialSummary, usable
+from stortune.schemas.tuning.experiment import (
+    TuningExperiment,
+    TuningSpec,
+    load_experiments,
+    parse_experiment,
+)
 from stortune.schemas.tuning.fleet import pooled
-from stortune.schemas.tuning.recommend import class_match
+from stortune.schemas.tuning.recommend import class_match, recommended_profile
 from stortune.schemas.tuning.simulate import Surface, streaming
 from stortune.schemas.tuning.space import Measurement, Point, point_key
 from stortune.schemas.tuning.strategies import Bayesian, Dimension, Tried
-from tests.schemas.topologies import num
+from tests.schemas.topologies import num, streamer_with_md
 from tests.schemas.tuning.docs import doc, experiment
 
 BASELINE = {"read_ahead_kb": 0, "nr_requests": 64}
@@ -289,3 +295,36 @@ def test_a_history_from_another_document_or_baseline_is_refused_not_replayed() -
     fresh = Engine(narrow, BASELINE)
     with pytest.raises(ValueError, match="baseline"):
         fresh.record(Measurement(index=0, point=other, purpose="baseline", metrics={"read_bandwidth": 1.0}))
+
+
+def _md_members_scheduler() -> tuple[Topology, TuningExperiment, Outcome]:
+    topo = streamer_with_md()
+    exp = experiment(target={"device": {"kind": ["md"]}}, parameters=[
+        {"tunable": "scheduler", "at": "beneath", "values": ["mq-deadline", "none"]}])
+    eng = Engine(exp.spec, {"scheduler@beneath": "mq-deadline"})
+    surface = Surface(lambda p: {"read_bandwidth": 2e8 * (1.5 if p["scheduler@beneath"] == "none" else 1)},
+                      seed=1)
+    while (req := eng.next()) is not None:
+        eng.record(surface.run(req))
+    return topo, exp, eng.outcome()
+
+
+def test_the_md_members_scheduler_reaches_the_disks_under_their_partitions() -> None:
+    topo, exp, out = _md_members_scheduler()
+    assert out.recommendation.values == {"scheduler@beneath": "none"}
+    md0 = topo.device("md0")
+    assert md0 is not None
+    # Without an explicit list, the devices beneath come from the topology as for the overlay:
+    # the md members are partitions, the scheduler is their disks'.
+    profile = recommended_profile(exp, out, md0, topo)
+    wanted = {(d.device, d.tunable): d.desired for d in plan([profile], topo).desired}
+    assert {wanted.get((d, "scheduler")) for d in ("sdb", "sdc", "sdd")} == {"none"}
+    assert wanted.get(("sda", "scheduler")) is None  # not the PERC volume beside the array
+
+
+def test_a_recommendation_no_device_can_carry_says_so() -> None:
+    topo, exp, out = _md_members_scheduler()
+    md0 = topo.device("md0")
+    assert md0 is not None
+    with pytest.raises(ValueError, match="none of the devices beneath md0 takes scheduler"):
+        recommended_profile(exp, out, md0, None, [])

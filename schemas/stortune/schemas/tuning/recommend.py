@@ -20,7 +20,7 @@ from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device, DeviceKind, Role, Topology
 from stortune.schemas.tuning.evidence import Outcome
 from stortune.schemas.tuning.experiment import TuningExperiment
-from stortune.schemas.tuning.overlay import EXPERIMENT_ANNOTATION, glob_literal, split_point
+from stortune.schemas.tuning.overlay import EXPERIMENT_ANNOTATION, devices_beneath, glob_literal, split_point
 
 #: Roles that say what a device is for, not its passing state (mounted, has holders).
 _CLASS_ROLES = (Role.MD_MEMBER, Role.MPATH_PATH, Role.LVM_PV)
@@ -105,12 +105,16 @@ def recommended_profile(exp: TuningExperiment, outcome: Outcome, target: Device,
     if on_beneath:
         below = list(beneath)
         if not below and topology is not None:
-            below = [d for name in target.slaves if (d := topology.device(name)) is not None]
+            # As the overlay set them: the md members are partitions, their scheduler the disks'.
+            below = devices_beneath(topology, target.name)
         for dev in _one_per_kind(below):
             settings = {k: v for k, v in on_beneath.items() if dev.kind in catalog.get(k).applies_to}
             if settings:
                 rules.append({"name": f"beneath-{dev.kind.value}", "match": class_match(dev),
                               "settings": settings})
+        if not rules or rules[-1]["name"] == "target":
+            raise ValueError(f"none of the devices beneath {target.name} takes"
+                             f" {', '.join(sorted(on_beneath))}")
     document: dict[str, Any] = {
         "apiVersion": "stortune/v1", "kind": "StorageProfile",
         "metadata": {"name": exp.name, "annotations": profile_annotations(exp, outcome)},
