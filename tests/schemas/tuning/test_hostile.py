@@ -25,6 +25,7 @@ from stortune.schemas.tuning.experiment import (
     parse_experiment,
 )
 from stortune.schemas.tuning.fleet import pooled
+from stortune.schemas.tuning.overlay import overlay_profile
 from stortune.schemas.tuning.recommend import class_match, recommended_profile
 from stortune.schemas.tuning.simulate import Surface, streaming
 from stortune.schemas.tuning.space import Measurement, Point, point_key
@@ -328,3 +329,31 @@ def test_a_recommendation_no_device_can_carry_says_so() -> None:
     assert md0 is not None
     with pytest.raises(ValueError, match="none of the devices beneath md0 takes scheduler"):
         recommended_profile(exp, out, md0, None, [])
+
+
+@pytest.mark.parametrize("value", ["../../../proc/sys/kernel/core_pattern", "a/b", "none\n", "none\x00bfq",
+                                   "..", "none mq-deadline", "[none]", "bfq;reboot", "x" * 100_000])
+def test_a_scheduler_value_is_a_bare_name_never_a_path_or_two_lines(value: str) -> None:
+    for at in ("target", "beneath"):
+        found = _problems(doc(parameters=[{"tunable": "scheduler", "at": at, "values": ["none", value]}]))
+        assert found[0][0] == "spec.parameters[0].values[1]" and len(found[0][1]) < 300, found
+
+
+@pytest.mark.parametrize("tunable", ["dev.raid.speed_limit_min", "dev.raid.speed_limit_max",
+                                     "vm.dirty_ratio"])
+def test_host_wide_tunables_are_refused_on_the_target_and_beneath(tunable: str) -> None:
+    for at in ("target", "beneath"):
+        found = _problems(doc(parameters=[{"tunable": tunable, "at": at, "values": [1000]}]))
+        assert found[0][0] == "spec.parameters[0].tunable", found
+
+
+@pytest.mark.parametrize("name", ["loop1", "cciss!c0d0", "pmem0.1", "dm-1", "a:b+c", "sda"])
+def test_the_overlay_matches_its_target_and_no_neighbour(name: str) -> None:
+    # (A device name cannot hold a glob's * ? [ ]: topology.DEVICE_NAME_PATTERN.)
+    neighbours = ["loop1", "loop10", "loop1p1", "sda", "sdaa", "cciss!c0d0", "cciss!c0d1", "pmem0.1",
+                  "pmem0a1", "dm-1", "dm-10", "a:b+c", "a:bbc"]
+    target = _device(name)
+    overlay = overlay_profile("e" * 253, {"read_ahead_kb": 4096}, target)
+    assert len(overlay.name) <= 253 and overlay.name.startswith("tune-")
+    hits = [n for n in neighbours if all(mismatch(r.match, _device(n)) is None for r in overlay.spec.rules)]
+    assert hits == [name]
