@@ -230,7 +230,10 @@ class LocalExperiment:
             raise failure
         finished = self.engine.finished_reason or "interrupted"
         outcome = self.engine.outcome()
-        profile = recommended_profile(self.exp, outcome, self.device, beneath=self.beneath)
+        try:
+            profile = recommended_profile(self.exp, outcome, self.device, beneath=self.beneath)
+        except ValueError as exc:  # no device beneath takes a recommended setting: say so, no traceback
+            raise TuneError(f"the recommended profile cannot be written: {exc}") from None
         overheads = [t.overhead_s for t in self.trials]
         return TuneResult(
             experiment=self.exp.name, id=self.id, host=self.host, device=self.device.name,
