@@ -57,7 +57,7 @@ class Golden:
 
 
 #: Fixtures that hand a test real loop devices.
-_LOOP_FIXTURES = frozenset({"loop_device", "loop_devices", "fresh_loops"})
+_LOOP_FIXTURES = frozenset({"loop_device", "loop_devices", "fresh_loops", "stream_loop"})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

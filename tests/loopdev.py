@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import mmap
 import os
 import random
 import shutil
@@ -144,8 +145,24 @@ def _require_loop() -> None:
         pytest.skip("/dev/loop-control is missing: the loop module is not loaded")
 
 
+def fill_file(path: Path, size: int) -> None:
+    """``size`` bytes of zeros really written (O_DIRECT, 4 MiB at a time): a hole or an
+    fallocated extent is read back as zeros without any I/O, which would measure nothing."""
+    chunk = 4 << 20
+    buf = mmap.mmap(-1, chunk)  # page-aligned, as O_DIRECT wants
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_DIRECT, 0o600)
+    try:
+        for _ in range(size // chunk):
+            os.write(fd, buf)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+        buf.close()
+
+
 @contextlib.contextmanager
-def fresh_loop(directory: Path, size: int = 64 << 20) -> Iterator[str]:
+def fresh_loop(directory: Path, size: int = 64 << 20, *, direct_io: bool = False,
+               fill: bool = False) -> Iterator[str]:
     """A loop device made for the caller (LOOP_CTL_ADD) over a sparse file in ``directory``.
 
     Its queue has the kernel's defaults, which no write can restore on a used
@@ -153,6 +170,10 @@ def fresh_loop(directory: Path, size: int = 64 << 20) -> Iterator[str]:
     a default-enabled throttle is switched off by bfq. The device is detached and
     removed afterwards, whatever happens; a device someone else attached in
     between is left alone.
+
+    ``direct_io``: the loop device reads its file with O_DIRECT, past the host's page
+    cache, and ``fill`` writes the file's blocks (``size`` a multiple of 4 MiB): a
+    device whose reads cost real I/O, for benchmarks and tuning experiments.
     """
     ctl = os.open("/dev/loop-control", os.O_RDWR | os.O_CLOEXEC)
     try:
@@ -167,15 +188,19 @@ def fresh_loop(directory: Path, size: int = 64 << 20) -> Iterator[str]:
                 index += 1
         name = f"loop{index}"
         image = directory / f"fresh-{name}-{os.getpid()}.img"
-        with open(image, "wb") as fh:
-            fh.truncate(size)
         loop = _Loop(name, image, {})
         try:
+            if fill:
+                fill_file(image, size)
+            else:
+                with open(image, "wb") as fh:
+                    fh.truncate(size)
             for _ in range(100):  # devtmpfs makes the node right after the add
                 if Path(f"/dev/{name}").exists():
                     break
                 time.sleep(0.01)
-            proc = subprocess.run(["losetup", f"/dev/{name}", str(image)], check=False,
+            dio = ["--direct-io=on"] if direct_io else []
+            proc = subprocess.run(["losetup", *dio, f"/dev/{name}", str(image)], check=False,
                                   capture_output=True, text=True, timeout=30)
             if proc.returncode != 0:
                 raise RuntimeError(f"losetup /dev/{name} failed: {proc.stderr.strip()}")
@@ -242,3 +267,26 @@ def loop_devices(tmp_path: Path) -> Iterator[Callable[[int], list[str]]]:
 @pytest.fixture
 def loop_device(loop_devices: Callable[[int], list[str]]) -> str:
     return loop_devices(1)[0]
+
+
+#: A streaming test device: 8 buffered 32K readers each read 64 MiB of it once.
+STREAM_BYTES = 512 << 20
+
+
+@pytest.fixture
+def stream_loop(tmp_path: Path) -> Iterator[str]:
+    """A new direct-I/O loop device over 512 MiB of real blocks, at read_ahead_kb 0.
+
+    Its reads reach the disk (neither the host's page cache nor holes), so read-ahead
+    decides what buffered streams get: the device for real tuning experiments. fio must
+    be installed.
+    """
+    _require_loop()
+    if shutil.which("fio") is None:
+        pytest.skip("fio is not installed (Debian package fio)")
+    with fresh_loop(tmp_path, STREAM_BYTES, direct_io=True, fill=True) as name:
+        if (Path("/sys/block") / name / "loop" / "dio").read_text().strip() != "1":
+            pytest.skip(f"the filesystem of {tmp_path} refuses direct I/O to a loop device")
+        # After losetup: attaching updates the queue limits, which raises read-ahead (6.11+).
+        _queue(name, "read_ahead_kb").write_text("0")
+        yield name

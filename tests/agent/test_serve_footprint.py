@@ -36,11 +36,12 @@ print(json.dumps(sorted(sys.modules)))
 """
 
 #: Loaded on the first benchmark call, or by the CLI's YAML input and output; never while idle.
-#: Tuning experiments run in the one-shot CLI or on the control plane, never in the daemon.
+#: Tuning experiments run in the one-shot CLI (`stortune-agent tune`) or on the control
+#: plane, never in the daemon: neither the engine nor Optuna.
 ON_DEMAND = ("yaml", "stortune.agent.bench.manager", "stortune.agent.bench.cli",
              "stortune.schemas.bench.spec", "stortune.schemas.bench.results",
-             "stortune.agent.diagnostics", "cryptography", "optuna", "stortune.schemas.tuning.engine",
-             "stortune.schemas.tuning.experiment")
+             "stortune.agent.diagnostics", "cryptography", "optuna", "stortune.schemas.tuning",
+             "stortune.agent.tune", "stortune.agent.tune_cli")
 
 
 def test_an_idle_serving_agent_holds_no_benchmark_diagnostics_or_yaml_code(tmp_path: Path) -> None:

@@ -90,6 +90,12 @@ CASES = [
          lambda c: c.post(f"{API}/agents/register",
                           content='{"name": "h9", "x": "[[[\\"[[", "y": ' + _DEEP_JSON + "}", headers=JSON),
          400, f"more than {MAX_DEPTH} levels"),
+    Case("YAML with a duplicate key (the reviewer reads one metadata, a loader would keep the other)",
+         lambda c: c.post(f"{API}/profiles", headers=YAML, content=(
+             "apiVersion: stortune/v1\nkind: StorageProfile\nmetadata: {name: shown}\n"
+             "spec: {rules: [{name: r, match: {kind: [loop]}, settings: {read_ahead_kb: 128}}]}\n"
+             "metadata: {name: hidden}\n")),
+         400, "duplicate key"),
     Case("deeply nested YAML (flow)",
          lambda c: c.post(f"{API}/profiles", content="a: " + "[" * 5000 + "]" * 5000, headers=YAML),
          400, f"more than {MAX_DEPTH} levels"),

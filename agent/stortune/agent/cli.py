@@ -141,6 +141,18 @@ def build_parser() -> argparse.ArgumentParser:
                    help="kill a tool that runs longer than this (default 30)")
 
     bench_args.add_parser(sub, _roots, _state)
+
+    p = sub.add_parser("tune", help="run a TuningExperiment here: vary settings, benchmark each"
+                                    " point against the noise, recommend a profile")
+    _roots(p)
+    p.add_argument("-f", "--file", required=True, metavar="EXP.yaml",
+                   help="a TuningExperiment document (- for stdin)")
+    p.add_argument("--device", metavar="NAME",
+                   help="the device to tune, when spec.target.device matches several")
+    p.add_argument("--profile-out", metavar="FILE",
+                   help="write the recommended StorageProfile (YAML) to FILE")
+    _state(p)
+    _output(p, ("table", "json"), "table")
     return parser
 
 
@@ -294,6 +306,13 @@ def _bench(args: argparse.Namespace) -> int:
     return bench_cli.run(args, _fs(args))
 
 
+def _tune(args: argparse.Namespace) -> int:
+    # Imported here: the engine (and Optuna for a bayesian search) is for this command only.
+    from stortune.agent import tune_cli
+
+    return tune_cli.run(args, _fs(args))
+
+
 def _diag(args: argparse.Namespace) -> int:
     from stortune.agent.diagnostics import ToolRunner, save
 
@@ -312,7 +331,7 @@ def _diag(args: argparse.Namespace) -> int:
 COMMANDS = {
     "topology": _topology, "explain": _explain, "plan": _plan, "apply": _apply,
     "restore": _restore, "udev-rules": _udev, "serve": _serve, "diag": _diag,
-    "bench": _bench,
+    "bench": _bench, "tune": _tune,
 }
 
 

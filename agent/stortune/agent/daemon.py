@@ -26,7 +26,7 @@ from types import FrameType
 from typing import Protocol
 
 from stortune.agent import local
-from stortune.agent.journal import BenchmarkBusyError
+from stortune.agent.journal import HostBusyError
 from stortune.agent.kernelfs import KernelFS
 
 log = logging.getLogger("stortune.agent.daemon")
@@ -138,9 +138,9 @@ def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
     try:
         recovered = local.recover(fs, state_dir)
         if recovered:
-            log.warning("finished an interrupted transaction: %s", recovered)
+            log.warning("finished what an interruption left: %s", recovered)
         report = converge(fs, state_dir)
-    except BenchmarkBusyError as exc:
+    except HostBusyError as exc:
         if once:
             raise
         log.info("re-apply postponed: %s", exc)
@@ -170,8 +170,8 @@ def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
                 try:
                     converge(fs, state_dir)
                     retry = False
-                except BenchmarkBusyError as exc:
-                    # Nothing changes under a benchmark; the next rescan tries again.
+                except HostBusyError as exc:
+                    # Nothing changes under a benchmark or an experiment; the next rescan tries again.
                     log.info("re-apply postponed: %s", exc)
                     retry = True
     finally:

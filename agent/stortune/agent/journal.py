@@ -6,6 +6,9 @@ passed in)::
 
     lock             flock(2) target: one apply/restore/recovery at a time
     bench.lock       flock(2) held while a benchmark runs: no setting changes meanwhile
+    experiment.lock  flock(2) held while a tuning experiment runs: only its own changes pass;
+                     its id stays written in it until the settings are back, so an
+                     experiment killed midway is found and undone at the next start
     originals.json   the value each (device_id, tunable) had before stortune first wrote it
     desired.json     the last desired-state document the agent received
     journal/*.jsonl  the transaction in progress (at most one while the lock is held)
@@ -21,6 +24,7 @@ decides what to write back.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import errno
 import fcntl
 import json
@@ -47,6 +51,7 @@ _ORIGINALS = "originals.json"
 _DESIRED = "desired.json"
 _LOCK = "lock"
 _BENCH_LOCK = "bench.lock"
+_EXPERIMENT_LOCK = "experiment.lock"
 _JOURNAL = "journal"
 _DONE = "done"
 _KEEP_DONE = 50
@@ -60,13 +65,26 @@ class StateLockedError(StateError):
     """Another stortune process holds the state-directory lock."""
 
 
-class BenchmarkBusyError(StateLockedError):
+class HostBusyError(StateLockedError):
+    """A benchmark or an experiment owns this host's settings for now (retry later)."""
+
+
+class BenchmarkBusyError(HostBusyError):
     """A benchmark runs on this host: settings must not change under it (retry later)."""
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"busy: benchmark {run_id} running; settings cannot change until it"
                          " ends (wait, or cancel the benchmark) and retry")
+
+
+class ExperimentBusyError(HostBusyError):
+    """A tuning experiment owns this host's settings: only its own changes are allowed."""
+
+    def __init__(self, experiment_id: str) -> None:
+        self.experiment_id = experiment_id
+        super().__init__(f"busy: experiment {experiment_id} running; settings cannot change until"
+                         " it ends (wait, or stop it: Ctrl-C on `stortune-agent tune`) and retry")
 
 
 class StateCorruptError(StateError):
@@ -212,7 +230,13 @@ def lock(state_dir: str | Path, *, timeout: float = 0.0) -> Iterator[None]:
                     ) from None
                 time.sleep(0.05)
         # Every apply, restore and recovery holds this lock, so checking here keeps
-        # all of them off the kernel while a benchmark runs (see hold_benchmark).
+        # all of them off the kernel while a benchmark runs (see hold_benchmark),
+        # and while an experiment runs, except for that experiment's own.
+        # The experiment first: its benchmarks are its own, and the caller should hear
+        # what holds the host for the longer time.
+        experiment = experiment_running(state_dir)
+        if experiment is not None and experiment not in _OWNED.get():
+            raise ExperimentBusyError(experiment)
         running = benchmark_running(state_dir)
         if running is not None:
             raise BenchmarkBusyError(running)
@@ -265,6 +289,118 @@ def hold_benchmark(state_dir: str | Path, run_id: str, *, apply_timeout: float =
         yield
     finally:
         os.ftruncate(fd, 0)
+        os.close(fd)
+
+
+# -- experiments --------------------------------------------------------------------
+
+#: The experiments the running code holds: their converges and benchmarks pass the
+#: experiment lock. A context variable, not a process-wide flag, so another thread of
+#: the holder (or a test calling the daemon's code) is refused like any other caller.
+_OWNED: contextvars.ContextVar[frozenset[str]] = contextvars.ContextVar(
+    "stortune_experiments", default=frozenset())
+
+
+def _holder(fd: int) -> str:
+    return os.pread(fd, 256, 0).decode(errors="replace").split(" ")[0].strip()
+
+
+def _experiment_lock(state_dir: str | Path, *, shared: bool) -> tuple[str | None, bool]:
+    """(id written in experiment.lock or None, whether a live process holds it)."""
+    path = Path(state_dir) / _EXPERIMENT_LOCK
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, False
+    try:
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            return _holder(fd) or "unknown", True
+        return _holder(fd) or None, False
+    finally:
+        os.close(fd)
+
+
+def experiment_running(state_dir: str | Path) -> str | None:
+    """The id of the experiment a live process holds on this state directory, or None."""
+    held_id, held = _experiment_lock(state_dir, shared=True)
+    return held_id if held else None
+
+
+def abandoned_experiment(state_dir: str | Path) -> str | None:
+    """An experiment whose process died before its settings were put back (its id), or None."""
+    held_id, held = _experiment_lock(state_dir, shared=True)
+    return None if held else held_id
+
+
+def settle_experiment(state_dir: str | Path, experiment_id: str) -> None:
+    """Forget an abandoned experiment once its device is back (no-op if someone holds it)."""
+    path = Path(state_dir) / _EXPERIMENT_LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return
+        if _holder(fd) == experiment_id:
+            os.ftruncate(fd, 0)
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def hold_experiment(state_dir: str | Path, experiment_id: str, *,
+                    apply_timeout: float = 60.0) -> Iterator[None]:
+    """Hold the experiment lock for a tuning experiment's whole run.
+
+    Taken under the state-directory lock, so an apply in flight finishes first;
+    afterwards every apply, restore, recovery and benchmark on the state
+    directory is refused with ExperimentBusyError, except those made inside
+    this block (the experiment's own trials). The id stays written in the file
+    until the block ends normally: the caller puts the settings back inside the
+    block, and a process killed before that leaves an abandoned experiment that
+    the next start undoes (``local.recover``). flock(2) dies with its holder.
+    """
+    if not experiment_id or any(c.isspace() for c in experiment_id):
+        raise ValueError(f"experiment id {experiment_id!r} must be one word")
+    sdir = _ensure_dir(Path(state_dir))
+    with lock(sdir, timeout=apply_timeout):
+        fd = os.open(sdir / _EXPERIMENT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                raise ExperimentBusyError(experiment_running(sdir) or "unknown") from None
+            left = _holder(fd)
+            if left:
+                raise StateError(f"experiment {left} was interrupted and its settings are not back"
+                                 " yet: any stortune-agent apply, restore or serve puts them back")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{experiment_id} {os.getpid()}\n".encode(), 0)
+            os.fsync(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+    token = _OWNED.set(_OWNED.get() | {experiment_id})
+    try:
+        yield
+    except BaseException:
+        # Not ended normally: the id stays, and the next start puts the settings back.
+        _OWNED.reset(token)
+        os.close(fd)
+        raise
+    _OWNED.reset(token)
+    try:
+        os.ftruncate(fd, 0)
+        os.fsync(fd)
+    finally:
         os.close(fd)
 
 

@@ -112,9 +112,26 @@ def host_info(fs: KernelFS) -> dict[str, str]:
 
 
 def recover(fs: KernelFS, state_dir: Path) -> str | None:
-    """Finish a transaction a crash left open; what was done, or None."""
+    """Finish what a crash left open; what was done, or None.
+
+    First a transaction cut short (the journal), then an experiment killed
+    before it put its device back: its trial values give way to the stored
+    desired state (or to the originals when there is none), the way the
+    experiment would have ended.
+    """
     result = executor.recover(fs, state_dir, identify=_identify(fs))
-    return result.summary() if result is not None else None
+    done = [result.summary()] if result is not None else []
+    experiment = journal.abandoned_experiment(state_dir)
+    if experiment is not None:
+        desired = saved_desired(state_dir)
+        report = _converge(fs, desired.profiles if desired else [], state_dir, remember=False)
+        if not report.ok:
+            raise AgentError(f"experiment {experiment} was interrupted and putting its settings back"
+                             f" failed: {'; '.join(report.messages) or report.title}")
+        journal.settle_experiment(state_dir, experiment)
+        done.append(f"experiment {experiment} was interrupted: its settings are back"
+                    f" ({report.title})")
+    return "; ".join(done) or None
 
 
 def _identify(fs: KernelFS) -> executor.Identify:
@@ -143,6 +160,9 @@ def converge(
     profiles: Sequence[StorageProfile],
     state_dir: Path,
     generations: Mapping[str, int] | None = None,
+    *,
+    overlay: Sequence[StorageProfile] = (),
+    remember: bool = True,
 ) -> Report:
     """Make the host match exactly ``profiles`` (the agent's whole desired state).
 
@@ -152,9 +172,27 @@ def converge(
     rejection refuses everything. Restorations come first and the host is
     re-read before applying, because restoring a scheduler resets nr_requests.
     Originals of devices that are gone are reported and kept.
+
+    ``overlay`` profiles (an experiment's trial values) are applied with
+    ``profiles`` but never stored as the desired state: a restart, hot-plug or
+    the next converge without them puts everything back. ``remember=False``
+    stores nothing (a converge that only puts things back).
     """
     recover(fs, state_dir)
-    planned = plan(fs, profiles, state_dir)
+    return _converge(fs, profiles, state_dir, generations, overlay=overlay, remember=remember)
+
+
+def _converge(
+    fs: KernelFS,
+    profiles: Sequence[StorageProfile],
+    state_dir: Path,
+    generations: Mapping[str, int] | None = None,
+    *,
+    overlay: Sequence[StorageProfile] = (),
+    remember: bool = True,
+) -> Report:
+    wanted = [*profiles, *overlay]
+    planned = plan(fs, wanted, state_dir)
     fatal = planned.plan.fatal
     if fatal:
         return Report(
@@ -180,11 +218,11 @@ def converge(
         if not restored.ok:
             return Report(title="apply failed: could not restore settings no longer wanted",
                           ok=False, rows=rows, messages=messages)
-        planned = plan(fs, profiles, state_dir)
+        planned = plan(fs, wanted, state_dir)
     result = executor.apply(fs, planned.plan.enforced(), state_dir, identify=_identify(fs))
     rows += _rows(result.results)
     messages += result.messages
-    if result.ok:
+    if result.ok and remember:
         journal.save_desired(state_dir, {
             "profiles": [p.document() for p in profiles],
             "generations": dict(generations or {}),

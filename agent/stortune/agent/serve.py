@@ -31,7 +31,7 @@ from types import FrameType
 import grpc
 
 from stortune.agent import daemon, hostkey, identity, local, mtls
-from stortune.agent.journal import BenchmarkBusyError, StateError
+from stortune.agent.journal import HostBusyError, StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.registration import Registrar, RegistrationConfig, default_name, host_facts
 from stortune.agent.rpc import AgentService, BenchmarkRegistry, agent_version
@@ -208,9 +208,9 @@ class Agent:
             try:
                 recovered = local.recover(self.fs, self.state_dir)
                 if recovered:
-                    log.warning("finished an interrupted transaction: %s", recovered)
+                    log.warning("finished what an interruption left: %s", recovered)
                 daemon.converge(self.fs, self.state_dir)
-            except BenchmarkBusyError as exc:
+            except HostBusyError as exc:
                 log.info("re-apply at start postponed: %s", exc)
                 self._retry = True
             except Exception as exc:
@@ -301,8 +301,8 @@ class Agent:
                 with self.apply_lock:
                     self._retry = False
                     daemon.converge(self.fs, self.state_dir)
-            except BenchmarkBusyError as exc:
-                # Settings stay as they are under a benchmark; the next rescan tries again.
+            except HostBusyError as exc:
+                # Settings stay as they are under a benchmark or an experiment; the next rescan tries again.
                 log.info("re-apply postponed: %s", exc)
                 self._retry = True
             except (local.AgentError, StateError) as exc:

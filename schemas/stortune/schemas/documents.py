@@ -122,8 +122,10 @@ def load_yaml_documents(text: str, source: str = "<input>") -> list[tuple[str, A
     """(where, data) for each non-empty YAML document in ``text``."""
     import yaml  # here: the serving agent receives and stores JSON only, and need not load it
 
+    from stortune.schemas import yamlsafe
+
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = yamlsafe.load_all(text)
     except yaml.YAMLError as exc:
         raise DocumentError([Problem(source, "", f"not valid YAML: {exc}")]) from None
     out = []

@@ -6,7 +6,9 @@
         ├── FioNotInstalledError    no fio binary: install Debian's package fio
         └── UnknownRunError         no such run on this agent
     journal.StateLockedError
-    └── journal.BenchmarkBusyError  a benchmark runs: no second one, no apply meanwhile
+    └── journal.HostBusyError
+        ├── journal.BenchmarkBusyError   a benchmark runs: no second one, no apply meanwhile
+        └── journal.ExperimentBusyError  a tuning experiment runs: only its own applies and benchmarks
 
 The RPC layer maps AgentError to FAILED_PRECONDITION and StateLockedError to
 ABORTED (the control plane retries those); UnknownRunError should be NOT_FOUND.

@@ -7,7 +7,8 @@ own session, so cancelling signals the whole process group: SIGTERM (fio stops
 its jobs and still writes what it measured), then SIGKILL after a grace
 period, and the group is killed again once the leader has exited, before it is
 reaped, so no job process outlives the run and the group id cannot be reused
-in between. Tests use a fake runner; nothing else spawns fio.
+in between; a stopped run returns once the killed job processes are gone (they
+finish their in-flight I/O first). Tests use a fake runner; nothing else spawns fio.
 """
 
 from __future__ import annotations
@@ -145,7 +146,7 @@ class SubprocessFioRunner:
         reader = threading.Thread(target=_read_status, args=(proc.stdout.fileno(), on_status),
                                   name="stortune-fio-status", daemon=True)
         reader.start()
-        cancelled = timed_out = False
+        cancelled = timed_out = stopped = False
         try:
             if on_start is not None:
                 on_start(proc.pid)
@@ -153,15 +154,19 @@ class SubprocessFioRunner:
             while not _exited(proc.pid):
                 if cancel.is_set() or (deadline is not None and time.monotonic() > deadline):
                     cancelled, timed_out = cancel.is_set(), not cancel.is_set()
+                    stopped = True
                     self._stop(proc.pid)
                     break
                 cancel.wait(0.1)
         except BaseException:
+            stopped = True
             self._stop(proc.pid)
             raise
         finally:
             _kill_group(proc.pid, signal.SIGKILL)  # job processes left behind by the leader
             returncode = proc.wait()
+            if stopped:
+                _wait_group_gone(proc.pid, self.kill_grace)
             reader.join(5)
             proc.stdout.close()
         return FioOutcome(
@@ -184,6 +189,28 @@ class SubprocessFioRunner:
 def _exited(pid: int) -> bool:
     """Has the leader exited? Leaves it unreaped (WNOWAIT), so its group id stays reserved."""
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _wait_group_gone(pgid: int, timeout: float) -> None:
+    """Until no live process is left in the group (bounded): a killed job process still
+    finishes the direct I/O it has in flight before it exits. Zombies (their parent, or an
+    init that does not reap, has yet to collect them) hold nothing and are not waited for."""
+    deadline = time.monotonic() + timeout
+    while _live_in_group(pgid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+
+def _live_in_group(pgid: int) -> bool:
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
 
 
 def _kill_group(pgid: int, sig: signal.Signals) -> None:

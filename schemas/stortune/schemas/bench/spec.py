@@ -31,7 +31,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from stortune.schemas import sizes
+from stortune.schemas import sizes, yamlsafe
 from stortune.schemas.bench import metrics, presets, units
 from stortune.schemas.bench.presets import Overrides, PresetName
 from stortune.schemas.bench.steps import (
@@ -383,7 +383,7 @@ def parse_benchmark(data: Any, where: str = "document") -> BenchmarkSpec:
 def load_benchmark(text: str, source: str = "<input>") -> BenchmarkSpec:
     """The one BenchmarkSpec in a YAML (or JSON) text."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in yamlsafe.load_all(text) if d is not None]
     except yaml.YAMLError as exc:
         raise DocumentError([Problem(source, "", f"not valid YAML: {exc}")]) from None
     if len(docs) != 1:

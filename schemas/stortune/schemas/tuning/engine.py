@@ -20,6 +20,7 @@ The trial budget always keeps room for steps 4 and 5.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 
@@ -120,6 +121,8 @@ class Engine:
         self.seed = seed
         self.members = members
         self.strategy = make_strategy(spec, self.baseline, seed, members)
+        # What a recorded point may hold: a value tried, or the baseline's (one-at-a-time starts there).
+        self._allowed = {d.key: {*d.choices, self.baseline[d.key]} for d in dimensions(spec, members)}
         self.measurements: list[Measurement] = []
         self.finished_reason: str | None = None
         self._cut: str | None = None  # why the search stopped early (a budget)
@@ -129,6 +132,8 @@ class Engine:
     # -- telling ------------------------------------------------------------------
     def record(self, m: Measurement) -> None:
         """A trial's measurement; one already recorded (same index and point) is ignored."""
+        # Checked again: model_copy(update=...) skips the validators that drop impossible figures.
+        m = Measurement.model_validate(m.model_dump())
         if set(m.point) != set(self.spec.keys):
             raise ValueError(f"measurement {m.index} is of {describe(m.point)}, not a point of this"
                              f" experiment ({', '.join(self.spec.keys)})")
@@ -139,6 +144,13 @@ class Engine:
             return
         if m.index > len(self.measurements):
             raise ValueError(f"trial {m.index} recorded before trial {len(self.measurements)}")
+        for key, value in m.point.items():
+            if value not in self._allowed[key]:
+                raise ValueError(f"measurement {m.index} has {key}={value!r:.40}, not a value of this"
+                                 " experiment (was its document changed?)")
+        if m.purpose in ("baseline", "baseline-end") and point_key(m.point) != point_key(self.baseline):
+            raise ValueError(f"measurement {m.index} is a baseline run of {describe(m.point)}, but the"
+                             f" baseline is {describe(self.baseline)}")
         self.measurements.append(m)
 
     # -- asking -------------------------------------------------------------------
@@ -208,7 +220,7 @@ class Engine:
 
     def leader(self) -> TrialSummary | None:
         """The best feasible point by the search's runs (confirmation runs apart)."""
-        order = [s for s in evidence.ranked(self.spec, self._summaries()) if not self._gave_up(s.point)]
+        order = self._contenders(self._summaries())
         return order[0] if order else None
 
     def _confirm(self) -> TrialRequest | None:
@@ -249,7 +261,7 @@ class Engine:
 
     def _refine(self, summaries: Sequence[TrialSummary]) -> TrialRequest | None:
         """One more run of the leader or the runner-up, until the noise rule separates them."""
-        order = [s for s in evidence.ranked(self.spec, summaries) if not self._gave_up(s.point)]
+        order = self._contenders(summaries)
         if len(order) < 2:
             return None
         leader, runner = order[0], order[1]
@@ -268,9 +280,16 @@ class Engine:
                              f" {d.delta_pct or 0:+.1f}% from the runner-up, inside the noise"
                              f" ({d.noise_text()})")
 
-    def _gave_up(self, point: Point) -> bool:
-        runs = [m for m in self._runs(point) if m.purpose == "repeat"]
-        return sum(1 for m in runs if not evidence.usable(self.spec, m)) >= MAX_FAILURES
+    def _contenders(self, summaries: Sequence[TrialSummary]) -> list[TrialSummary]:
+        """The feasible points best first, without those given up (repeats failed twice); one
+        pass over the history (a pass per point made the live view quadratic)."""
+        failed: dict[tuple[tuple[str, int | str], ...], int] = {}
+        for m in self.measurements:
+            if m.purpose == "repeat" and not evidence.usable(self.spec, m):
+                key = point_key(m.point)
+                failed[key] = failed.get(key, 0) + 1
+        return [s for s in evidence.ranked(self.spec, summaries)
+                if failed.get(point_key(s.point), 0) < MAX_FAILURES]
 
     # -- reading ------------------------------------------------------------------
     def total_estimate(self) -> int:
@@ -280,8 +299,7 @@ class Engine:
         return max(len(self.measurements), min(self.spec.budget.trials, estimate))
 
     def progress(self) -> Progress:
-        summaries = self._summaries()
-        order = [s for s in evidence.ranked(self.spec, summaries) if not self._gave_up(s.point)]
+        order = self._contenders(self._summaries())
         margin = None
         if len(order) >= 2:
             margin = evidence.compare(self.spec, order[1].values, order[0].values).delta_pct
@@ -291,17 +309,28 @@ class Engine:
                         best_so_far=self.best_so_far())
 
     def best_so_far(self) -> list[float | None]:
-        """The best feasible mean of the search as it stood after each trial."""
+        """The best feasible mean of the search as it stood after each trial.
+
+        Incremental (a heap of the points' standings, stale entries skipped): ranking every
+        point after every trial made the live view quadratic in the trials."""
         out: list[float | None] = []
+        sign = -1.0 if self.spec.objective.maximize else 1.0
         runs: dict[tuple[tuple[str, int | str], ...], list[Measurement]] = {}
-        current: dict[tuple[tuple[str, int | str], ...], TrialSummary] = {}
+        standing: dict[tuple[tuple[str, int | str], ...], tuple[float, int, float]] = {}
+        heap: list[tuple[float, int, tuple[tuple[str, int | str], ...]]] = []
         for m in self.measurements:
             if m.purpose not in evidence.APART:
                 key = point_key(m.point)
                 runs.setdefault(key, []).append(m)
-                current[key] = evidence.summarize_point(self.spec, runs[key], self.members)
-            order = evidence.ranked(self.spec, list(current.values()))
-            out.append(order[0].mean if order else None)
+                s = evidence.summarize_point(self.spec, runs[key], self.members)
+                if s.feasible and s.mean is not None:
+                    standing[key] = (sign * s.mean, s.first_index, s.mean)
+                    heapq.heappush(heap, (sign * s.mean, s.first_index, key))
+                else:
+                    standing.pop(key, None)
+            while heap and standing.get(heap[0][2], (None, None))[:2] != heap[0][:2]:
+                heapq.heappop(heap)
+            out.append(standing[heap[0][2]][2] if heap else None)
         return out
 
     def outcome(self) -> Outcome:

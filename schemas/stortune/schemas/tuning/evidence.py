@@ -116,7 +116,10 @@ def _violations(spec: TuningSpec, point: Point, runs: Sequence[Measurement], mem
                 out.append(f"{c.metric} {metric.human(seen)} is below {metric.human(c.min)}")
         elif isinstance(c, Fairness):
             cv = _mean([r.job_cv for r in runs if r.job_cv is not None])
-            if cv is not None and cv > c.maxCV:
+            if cv is None:
+                if runs:
+                    out.append(f"per-job {c.fairness} was not measured")
+            elif cv > c.maxCV:
                 out.append(f"per-job {c.fairness} CV {cv:.1f}% is above {c.maxCV:g}%")
         elif isinstance(c, MemoryBound):
             cost = memory_cost(point, members)

@@ -60,6 +60,11 @@ MAX_VALUES = 256
 MAX_PARAMETERS = 16
 #: The longest experiment text read (YAML or JSON).
 MAX_DOCUMENT_BYTES = 1 << 20
+#: Bound of a range's ends: above every catalog maximum, far below where float arithmetic
+#: (a log scale's exp) overflows.
+RANGE_MAX = 2**40
+#: The longest wall-time budget (seconds): a month.
+DURATION_MAX = 31 * 86400
 #: Parameter key of a tunable set on the devices beneath the target.
 BENEATH = "@beneath"
 
@@ -89,8 +94,8 @@ def _metric(name: str) -> str:
 class ValueRange(_Doc):
     """Integers from min to max in ``steps`` points, evenly spaced or on a log scale."""
 
-    min: StrictInt = Field(ge=0)
-    max: StrictInt = Field(ge=0)
+    min: StrictInt = Field(ge=0, le=RANGE_MAX)
+    max: StrictInt = Field(ge=0, le=RANGE_MAX)
     scale: Literal["linear", "log"] = "linear"
     steps: StrictInt = Field(default=5, ge=2, le=MAX_VALUES)
 
@@ -270,7 +275,8 @@ class Repeats(_Doc):
 class Budget(_Doc):
     trials: StrictInt = Field(default=100, ge=2, le=10_000,
                               description="Benchmark runs in all, failed ones and both baselines included")
-    duration: Duration | None = Field(default=None, gt=0, description="Wall time for the search")
+    duration: Duration | None = Field(default=None, gt=0, le=DURATION_MAX,
+                                      description="Wall time for the search (at most 31 days)")
 
 
 class ExperimentTarget(_Doc):

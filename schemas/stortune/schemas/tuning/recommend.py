@@ -8,29 +8,53 @@ name the experiment, the workload, the gain and its 95% interval.
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from typing import Any
 
 from stortune.schemas import catalog
 from stortune.schemas.bench.spec import PresetRef
 from stortune.schemas.documents import DocumentError, parse_profile
+from stortune.schemas.patterns import MAX_PATTERN_LENGTH
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device, DeviceKind, Role, Topology
 from stortune.schemas.tuning.evidence import Outcome
 from stortune.schemas.tuning.experiment import TuningExperiment
-from stortune.schemas.tuning.overlay import EXPERIMENT_ANNOTATION, glob_literal, split_point
+from stortune.schemas.tuning.overlay import EXPERIMENT_ANNOTATION, devices_beneath, glob_literal, split_point
 
 #: Roles that say what a device is for, not its passing state (mounted, has holders).
 _CLASS_ROLES = (Role.MD_MEMBER, Role.MPATH_PATH, Role.LVM_PV)
 
 
-def regex_literal(text: str) -> str:
-    """An RE2 expression matching exactly ``text``."""
-    return "".join(c if c.isascii() and c.isalnum() else f"\\x{{{ord(c):x}}}" for c in text)
+def _char(c: str) -> str:
+    if c.isascii() and c.isalnum():
+        return c
+    if c in string.punctuation:
+        return "\\" + c  # RE2 reads an escaped punctuation character as itself
+    if not c.isascii() and c.isprintable():
+        return c  # no RE2 metacharacter is outside ASCII
+    return f"\\x{{{ord(c):x}}}"
+
+
+def regex_literal(text: str, limit: int = MAX_PATTERN_LENGTH) -> str:
+    """An RE2 expression matching exactly ``text``; when that would pass ``limit`` (a model of
+    hundreds of characters), one matching the longest prefix that fits and anything after it."""
+    pieces = [_char(c) for c in text]
+    if sum(map(len, pieces)) <= limit:
+        return "".join(pieces)
+    rest, out, used = "(?s:.*)", [], 0
+    for piece in pieces:
+        if used + len(piece) + len(rest) > limit:
+            break
+        out.append(piece)
+        used += len(piece)
+    return "".join(out) + rest
 
 
 def _driver(dev: Device) -> str | None:
-    return dev.scsi_host.driver if dev.scsi_host and dev.scsi_host.driver else dev.driver
+    # The matcher's driver, stripped as it strips what it compares (matching.mismatch).
+    driver = dev.scsi_host.driver if dev.scsi_host else dev.driver
+    return driver.strip() if driver and driver.strip() else None
 
 
 def class_match(dev: Device) -> dict[str, Any]:
@@ -50,7 +74,12 @@ def class_match(dev: Device) -> dict[str, Any]:
     if roles:
         match["role"] = roles
         stable = True
-    if not stable and dev.kind is not DeviceKind.LOOP:
+    if not stable and dev.kind is DeviceKind.LOOP and dev.id.startswith("loop:/"):
+        # A loop device is stable by its backing file, not its number; kind alone would
+        # match every loop device on the host (snaps, images, other tools' scratch devices).
+        # Its file name, in any directory, as examples/local-demo.yaml matches the demo's.
+        match["id"] = ["loop:*/" + glob_literal(dev.id.rsplit("/", 1)[-1])]
+    elif not stable and dev.kind is not DeviceKind.LOOP:
         match["name"] = [glob_literal(dev.name)]
     return match
 
@@ -81,12 +110,16 @@ def recommended_profile(exp: TuningExperiment, outcome: Outcome, target: Device,
     if on_beneath:
         below = list(beneath)
         if not below and topology is not None:
-            below = [d for name in target.slaves if (d := topology.device(name)) is not None]
+            # As the overlay set them: the md members are partitions, their scheduler the disks'.
+            below = devices_beneath(topology, target.name)
         for dev in _one_per_kind(below):
             settings = {k: v for k, v in on_beneath.items() if dev.kind in catalog.get(k).applies_to}
             if settings:
                 rules.append({"name": f"beneath-{dev.kind.value}", "match": class_match(dev),
                               "settings": settings})
+        if not rules or rules[-1]["name"] == "target":
+            raise ValueError(f"none of the devices beneath {target.name} takes"
+                             f" {', '.join(sorted(on_beneath))}")
     document: dict[str, Any] = {
         "apiVersion": "stortune/v1", "kind": "StorageProfile",
         "metadata": {"name": exp.name, "annotations": profile_annotations(exp, outcome)},

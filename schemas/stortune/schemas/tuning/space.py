@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from stortune.schemas.bench.results import BenchmarkResult
 from stortune.schemas.bench.spec import BenchmarkSpec
@@ -27,6 +27,16 @@ Purpose = Literal["baseline", "explore", "repeat", "confirm", "baseline-end"]
 PURPOSES: tuple[Purpose, ...] = ("baseline", "explore", "repeat", "confirm", "baseline-end")
 #: The metric under which a measurement carries the fairness figure (CV of per-job bandwidth, %).
 JOB_CV = "job_cv"
+#: Above any figure a block device gives (bytes/s, IOPS, microseconds): a run reporting more, a
+#: negative figure, NaN or infinity measured nothing (and a square of it would overflow the stats).
+MAX_FIGURE = 1e15
+#: The longest message kept with a measurement (a failed run's fio error can be long).
+MESSAGE_MAX = 2000
+
+
+def figure(value: float | None) -> float | None:
+    """``value`` if a device could have measured it, else None."""
+    return value if value is not None and math.isfinite(value) and 0 <= value <= MAX_FIGURE else None
 
 
 class _Model(BaseModel):
@@ -59,15 +69,33 @@ class Measurement(_Model):
     point: Point
     purpose: Purpose
     ok: bool = True
-    metrics: dict[str, float] = Field(default_factory=dict,
-                                      description="The objective's and the constrained metrics' values")
+    metrics: dict[Annotated[str, StringConstraints(max_length=64)], float] = Field(
+        default_factory=dict, max_length=32, description="The objective's and the constrained metrics'"
+                                                        " values (none negative, NaN or infinite)")
     job_cv: float | None = Field(default=None, description="Largest CV of per-job bandwidth (%), for"
                                                            " a fairness constraint")
     message: str = ""
-    run_id: str | None = None
+    run_id: str | None = Field(default=None, max_length=256)
     started_at: float | None = None
     finished_at: float | None = None
-    host: str | None = None
+    host: str | None = Field(default=None, max_length=253)
+
+    @field_validator("metrics")
+    @classmethod
+    def _measurable(cls, v: dict[str, float]) -> dict[str, float]:
+        # Dropped, not refused: a stored history replays whatever a broken run reported, and
+        # a run without its objective counts as failed.
+        return {k: x for k, x in v.items() if figure(x) is not None}
+
+    @field_validator("job_cv")
+    @classmethod
+    def _cv(cls, v: float | None) -> float | None:
+        return figure(v)
+
+    @field_validator("message")
+    @classmethod
+    def _short(cls, v: str) -> str:
+        return v if len(v) <= MESSAGE_MAX else v[:MESSAGE_MAX - 3] + "..."
 
 
 def _spec(exp: TuningExperiment | TuningSpec) -> TuningSpec:

@@ -13,6 +13,7 @@ import yaml
 from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session, sessionmaker
 
+from stortune.schemas import yamlsafe
 from stortune.schemas.profile import NAME_PATTERN, is_name
 from stortune.server.api.limits import too_deep_message
 from stortune.server.errors import BadRequest, NotFound
@@ -71,7 +72,11 @@ def _load_yaml(body: bytes, max_depth: int) -> Any:
                 raise BadRequest(too_deep_message(max_depth))
         elif isinstance(event, yaml.CollectionEndEvent):
             depth -= 1
-    return yaml.safe_load(body)
+    # The documents' own loader: a duplicate key is an error, not a silent replacement.
+    documents = yamlsafe.load_all(body.decode("utf-8", errors="strict"))
+    if len(documents) > 1:
+        raise BadRequest(f"the body holds {len(documents)} YAML documents; send one per request")
+    return documents[0] if documents else None
 
 
 async def read_document(request: Request) -> Any:

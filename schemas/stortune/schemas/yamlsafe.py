@@ -1,0 +1,101 @@
+"""YAML for documents a user (or an attacker) hands in: bounded, unambiguous.
+
+PyYAML's safe loader still composes nesting recursively (50,000 '[' crash it with
+RecursionError), follows aliases without counting what they expand to (a few lines of
+anchors make billions of nodes for whoever walks the result), builds cycles (``&a [*a]``:
+json.dumps and every recursive walk fail on them) and lets a duplicate key silently replace
+the first (the reviewer reads one ``metadata``, the loader keeps the other). This loader
+refuses all four with a ``yaml.YAMLError`` whose text says why.
+yaml is imported on first use: the serving agent handles JSON only.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+#: Deeper than any document of ours (a profile is ~6 levels) and far from Python's stack limit.
+MAX_DEPTH = 64
+#: Nodes a document may expand to, aliases counted each time they are used.
+MAX_NODES = 200_000
+
+
+@cache
+def _loader() -> type[Any]:
+    import yaml
+    from yaml.composer import ComposerError
+    from yaml.constructor import ConstructorError
+    from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+    def expanded(root: Node) -> int:
+        """Nodes of ``root`` with every alias expanded, counted without expanding them."""
+        sizes: dict[int, int] = {}
+        pending: set[int] = set()
+        stack: list[tuple[Node, bool]] = [(root, False)]
+        while stack:
+            node, children_done = stack.pop()
+            if id(node) in sizes or (not children_done and id(node) in pending):
+                continue
+            if isinstance(node, SequenceNode):
+                kids: list[Node] = list(node.value)
+            elif isinstance(node, MappingNode):
+                kids = [n for pair in node.value for n in pair]
+            else:
+                kids = []
+            if children_done or not kids:
+                sizes[id(node)] = 1 + sum(sizes.get(id(k), 0) for k in kids)
+                if sizes[id(node)] > MAX_NODES:
+                    return sizes[id(node)]
+                continue
+            stack.append((node, True))
+            pending.add(id(node))
+            if any(id(k) in pending for k in kids):
+                raise ComposerError(None, None, "an alias refers to a node that holds it (a cycle)",
+                                    node.start_mark)
+            stack.extend((k, False) for k in kids if id(k) not in sizes)
+        return sizes[id(root)]
+
+    class Loader(yaml.SafeLoader):
+        _depth = 0
+
+        def compose_node(self, parent: Node | None, index: int) -> Node | None:
+            self._depth += 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels",
+                                        self.peek_event().start_mark)  # type: ignore[no-untyped-call]
+                return super().compose_node(parent, index)
+            finally:
+                self._depth -= 1
+
+        def compose_document(self) -> Node | None:
+            node: Node | None = super().compose_document()
+            if node is not None and expanded(node) > MAX_NODES:
+                raise ComposerError(None, None, f"the document expands to more than {MAX_NODES} nodes"
+                                                " (aliases counted each time they are used)",
+                                    node.start_mark)
+            return node
+
+        def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node)
+                if key in seen:
+                    raise ConstructorError("while reading a mapping", node.start_mark,
+                                           f"found duplicate key {key!r:.80}", key_node.start_mark)
+                seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
+def load_all(text: str) -> list[Any]:
+    """Every document of ``text``; ``yaml.YAMLError`` for bad, too deep, too large or ambiguous YAML."""
+    import yaml
+
+    try:
+        return list(yaml.load_all(text, Loader=_loader()))
+    except RecursionError:  # a construct the depth bound missed: still the user's input at fault
+        raise yaml.YAMLError(f"nested deeper than {MAX_DEPTH} levels") from None
