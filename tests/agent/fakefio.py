@@ -66,8 +66,8 @@ class SurfaceFio:
 
     ``control`` (a directory) steers it from another process: a file ``hold`` holding seconds makes
     each run last that long (0 or absent: at once) unless cancelled, and every run appends
-    ``start <run dir>`` / ``end <run dir> <outcome>`` to ``calls.log``, so a test counts fio runs
-    per benchmark run across agent restarts.
+    ``start <step dir> <hold seconds>`` / ``end <step dir> <outcome>`` to ``calls.log``, so a
+    test counts fio runs per benchmark run across agent restarts.
     """
 
     def __init__(self, read_ahead: Callable[[], int], surface: Callable[[int], float], *, cv: float = 0.02,
@@ -116,12 +116,13 @@ class SurfaceFio:
 
         self.calls.append(invocation)
         where = str(invocation.job_file.parent)
-        self._note(f"start {where}")
+        hold = self._hold()
+        self._note(f"start {where} {hold:g}")
         sigma = math.sqrt(math.log(1 + self.cv * self.cv))
         bandwidth = self.surface(self.read_ahead()) * math.exp(self.rng.gauss(-sigma * sigma / 2, sigma))
         if on_start is not None:
             on_start(2**22 + len(self.calls))  # above pid_max's default: no such process
-        cancel.wait(self._hold())
+        cancel.wait(hold)
         output = self.output(bandwidth)
         invocation.output.write_text(output)
         invocation.stderr.write_text("")

@@ -86,12 +86,14 @@ def fio_log(root: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
-def running_fio(root: Path) -> str | None:
-    """The step directory of a fio run that started and has not ended."""
+def held_fio(root: Path, experiment: str) -> str | None:
+    """The step directory of a trial's fio run that holds (started while ``hold`` said 60) and has
+    not ended."""
     lines = fio_log(root)
-    started = [line.split()[1] for line in lines if line.startswith("start ")]
+    held = [line.split()[1] for line in lines if line.startswith("start ") and line.split()[2] == "60"
+            and f"/{experiment}-" in line]
     finished = {line.split()[1] for line in lines if line.startswith("end ")}
-    return next((s for s in reversed(started) if s not in finished), None)
+    return next((s for s in reversed(held) if s not in finished), None)
 
 
 def run_of(step_dir: str) -> str:
@@ -139,8 +141,8 @@ def test_an_experiment_through_server_and_agent_kills_and_cancel(fleet: Fleet, t
     eventually("the experiment going on", lambda: recorded(fleet, exp_id) > before)
 
     # -- the agent killed mid-trial: the device consistent, the trial failed ------
-    (root / "control" / "hold").write_text("60")
-    step = eventually("a trial's fio running", lambda: running_fio(root))
+    (root / "control" / "hold").write_text("60")  # the next trial's fio runs until stopped
+    step = eventually("a trial's fio running", lambda: held_fio(root, exp_id))
     killed_run = run_of(step)
     agent.stop(signal.SIGKILL)
     assert int(ra.read_text().strip()) in (0, 128, 1024, 4096, 16384)  # one value, never half a write
@@ -184,7 +186,7 @@ def test_an_experiment_through_server_and_agent_kills_and_cancel(fleet: Fleet, t
     (root / "control" / "hold").write_text("60")
     second = fleet.cli("tune", "run", "-f", str(exp_file), "--no-wait")
     cancel_id = started_id(second.stdout)
-    step = eventually("the second experiment's fio running", lambda: running_fio(root))
+    step = eventually("the second experiment's fio running", lambda: held_fio(root, cancel_id))
     cancelled = fleet.cli("tune", "cancel", cancel_id)
     assert cancelled.returncode == 0 and cancelled.stdout.strip().endswith("cancelled"), cancelled.stdout
     assert f"end {step} cancelled" in fio_log(root)  # the trial's fio was stopped, not left running
