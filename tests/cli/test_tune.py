@@ -113,6 +113,17 @@ def test_run_follows_the_experiment_and_hands_back_a_profile_that_applies_in_syn
     assert yaml.safe_load(printed.out) == document
 
 
+def test_run_with_json_output_keeps_stdout_for_the_document(
+        fleet: ControlPlane, stortune: Run, tmp_path: Path) -> None:
+    result = stortune("tune", "run", "-f", str(exp_file(tmp_path)), "-o", "json", "--poll", "0.05")
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
+    rec = document["status"]["outcome"]["recommendation"]
+    assert rec["values"] == {"read_ahead_kb": 1024} and rec["keepCurrent"] is False
+    assert {"pct", "low", "high"} <= set(rec["gain"])
+    assert "queued on web-1" in result.err and "web-1: trial" in result.err
+
+
 def test_cancel_from_the_command_line(fleet: ControlPlane, stortune: Run, tmp_path: Path,
                                       agent: SurfaceAgent) -> None:
     agent.auto = False  # the first trial's benchmark stays running

@@ -434,3 +434,20 @@ def test_a_fairness_constraint_keeps_out_the_unfair_optimum_and_is_charted(
     assert all(t["measurement"]["job_cv"] is not None for t in status["trials"] if t["measurement"]["ok"])
     chart = client.get(f"{EXPERIMENTS}/{exp_id}/charts/fairness.svg")
     assert chart.status_code == 200 and "max CV 10%" in chart.text
+
+
+def test_hostile_queries_and_paths_are_refused_naming_them(client: TestClient) -> None:
+    for params, field in (({"limit": 0}, "limit"), ({"limit": "ten"}, "limit"), ({"state": "lost"}, "state"),
+                          ({"name": "x" * 300}, "name")):
+        response = client.get(EXPERIMENTS, params=params)
+        assert response.status_code == 422, (params, response.text)
+        assert field in response.text
+    assert client.get(f"{EXPERIMENTS}/not..an/id").status_code == 404
+    assert client.get(f"{EXPERIMENTS}/x1").status_code == 404
+    assert client.get(f"{EXPERIMENTS}/x1/charts/{'v' * 40}.png").status_code == 422
+    assert client.get(f"{EXPERIMENTS}/x1/profile", params={"format": "xml"}).status_code == 422
+    profile = {"apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": "p"}}
+    for body in ([], "text", profile):
+        response = client.post(EXPERIMENTS, json=body)
+        assert response.status_code == 422, (body, response.text)
+    assert client.get(EXPERIMENTS).json()["items"] == []
