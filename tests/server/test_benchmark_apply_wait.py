@@ -94,3 +94,16 @@ def test_only_a_benchmark_makes_the_apply_wait() -> None:
                                              "20250301-120000-ab12cd34 to end: settings do not change under "
                                              "a measurement")
     assert [(e.type, e.reason) for e in waiting.events] == [("Normal", WAITING)]
+
+
+def test_an_apply_waits_for_an_experiment_the_agent_runs_itself() -> None:
+    """stortune-agent tune holds the host: the apply waits and the host says which experiment."""
+    from stortune.server.reconciler.report import EXPERIMENT_RUNNING
+
+    v = view((profile(),), {})
+    busy = AgentBusy(ADDRESS, "busy: experiment local-demo-readahead-1a2b running; settings cannot change")
+    waiting = conclude(v, seen(topology(128)), decision_for(v, 128), Outcome(error=busy))
+    assert waiting.retry
+    status, reason, message = waiting.conditions["Applied"]
+    assert (status, reason) == ("False", EXPERIMENT_RUNNING) and "local-demo-readahead-1a2b" in message
+    assert [(e.type, e.reason) for e in waiting.events] == [("Normal", EXPERIMENT_RUNNING)]

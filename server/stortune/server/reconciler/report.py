@@ -35,6 +35,8 @@ _LISTED = 3  # settings named in a condition message; the settings table has the
 #: the apply goes once the run ends (settings must not change under a measurement).
 WAITING = "WaitingForBenchmark"
 _BENCHMARK_BUSY = re.compile(r"\bbusy: benchmark (\S+) running")
+#: The agent's own experiment (``stortune-agent tune``) holds the host's settings.
+_EXPERIMENT_BUSY = re.compile(r"\bbusy: experiment (\S+) running")
 
 
 #: Applied=False while a tuning experiment owns the host's settings: its trials set them, so they
@@ -253,6 +255,11 @@ def _verdict(decision: Decision, outcome: Outcome | None) -> _Verdict:
     if isinstance(error, AgentUnreachable):
         return _Verdict(retry=True, unreachable=error)
     if isinstance(error, AgentBusy):
+        tuning = _EXPERIMENT_BUSY.search(error.message)
+        if tuning is not None:
+            return _Verdict(applied=("False", EXPERIMENT_RUNNING, f"experiment {tuning.group(1)} runs on the "
+                                     "host (stortune-agent tune): profile applies wait until it ends"),
+                            retry=True)
         running = _BENCHMARK_BUSY.search(error.message)
         if running is None:  # another stortune process holds the state directory for a moment
             return _Verdict(retry=True)
