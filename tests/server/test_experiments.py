@@ -451,3 +451,31 @@ def test_hostile_queries_and_paths_are_refused_naming_them(client: TestClient) -
         response = client.post(EXPERIMENTS, json=body)
         assert response.status_code == 422, (body, response.text)
     assert client.get(EXPERIMENTS).json()["items"] == []
+
+
+def test_a_trial_whose_values_the_agent_refuses_is_recorded_failed_and_the_search_goes_on(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    from stortune.server.agentclient import AgentRejected
+
+    class Refusing(SurfaceAgent):
+        async def apply(self, profiles: Any, generations: Any, request_id: str) -> Any:
+            overlay = [p for p in profiles if p.metadata.name.startswith("tune-")]
+            if overlay and overlay[0].document()["spec"]["rules"][0]["settings"].get("read_ahead_kb") == 0:
+                self.calls.append(("apply", (list(profiles), dict(generations), request_id)))
+                raise AgentRejected(self.address, "read_ahead_kb 0 refused by this device",
+                                    "FAILED_PRECONDITION")
+            return await super().apply(profiles, generations, request_id)
+
+    agents.add(Refusing(address=registration("h1")["address"], topology=loop_topology("h1")))
+    app = make_app(agents=agents, controller=RecordingController(), **FAST)
+    with admin_client(app) as client:
+        register(client)
+        exp_id = submit(client, experiment_doc())
+        status = eventually(lambda: ended(client, exp_id), timeout=60, what="the end")["status"]
+    assert status["state"] == "done", status
+    trials = status["trials"]
+    assert [t["index"] for t in trials] == list(range(len(trials)))
+    refused = [t for t in trials if t["point"]["read_ahead_kb"] == 0]
+    assert refused and all(t["state"] == "failed" for t in refused)
+    assert "the agent refused the trial's values: read_ahead_kb 0 refused" in refused[0]["message"]
+    assert status["outcome"]["recommendation"]["values"] == {"read_ahead_kb": 1024}

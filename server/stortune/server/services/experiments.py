@@ -386,6 +386,30 @@ def record_trial(session: Session, experiment_id: str, host: str, index: int, *,
     return True
 
 
+def refused_trial(session: Session, experiment_id: str, host: str, index: int, *, point: Mapping[str, Any],
+                  purpose: str, run_id: str, measurement: Mapping[str, Any], message: str,
+                  outcome: Mapping[str, Any] | None, progress: Mapping[str, Any], now: datetime) -> bool:
+    """A trial that never ran (the agent refused its values): its row, failed, with the host's
+    evidence, in one transaction; False when it was recorded already."""
+    session.commit()
+    try:
+        session.add(ExperimentTrial(
+            experiment=experiment_id, host=host, index=index, point=dict(point), purpose=purpose,
+            state="failed", run_id=run_id, measurement=dict(measurement), message=message, created_at=now,
+            started_at=now, finished_at=now))
+        session.flush()
+    except IntegrityError:
+        session.rollback()
+        return False
+    session.execute(update(ExperimentHost)
+                    .where(ExperimentHost.experiment == experiment_id, ExperimentHost.host == host)
+                    .values(current_trial=None, updated_at=now, progress=dict(progress),
+                            outcome=None if outcome is None else dict(outcome))
+                    .execution_options(synchronize_session=False))
+    session.commit()
+    return True
+
+
 def begin_restore(session: Session, experiment_id: str, host: str, *, message: str,
                   progress: Mapping[str, Any], now: datetime) -> None:
     """The host's trials are over: it is being put back (still owned until that has succeeded);

@@ -329,7 +329,8 @@ class ExperimentDriver:
                 except Cancelled:
                     return "cancelled"
                 if refused is not None:
-                    await self._record(held, engine, failed(request, refused, active.host, run_id))
+                    await self._record(held, engine, failed(request, refused, active.host, run_id),
+                                       ran=False)
                     continue
                 spec = benchmark_for(held.exp, run_id)
                 await asyncio.to_thread(store.open_trial, self._sessions, active.experiment, active.host,
@@ -349,14 +350,24 @@ class ExperimentDriver:
                                                 "not counted"})
             await self._record(held, engine, measured)
 
-    async def _record(self, held: _Held, engine: evidence.Engine, measured: Measurement) -> None:
+    async def _record(self, held: _Held, engine: evidence.Engine, measured: Measurement, *,
+                      ran: bool = True) -> None:
+        """The measurement into the engine and, with the host's evidence, into the trial's row
+        (made here for a trial that never ran: its values were refused)."""
         engine.record(measured)
         active = held.active
-        await asyncio.to_thread(
-            store.record_trial, self._sessions, active.experiment, active.host, measured.index,
-            ok=measured.ok, measurement=measured.model_dump(mode="json"), message=measured.message,
-            outcome=evidence.outcome_doc(engine), progress=evidence.progress_doc(engine, None, measured),
-            now=self._clock())
+        outcome, progress = evidence.outcome_doc(engine), evidence.progress_doc(engine, None, measured)
+        if ran:
+            await asyncio.to_thread(
+                store.record_trial, self._sessions, active.experiment, active.host, measured.index,
+                ok=measured.ok, measurement=measured.model_dump(mode="json"), message=measured.message,
+                outcome=outcome, progress=progress, now=self._clock())
+        else:
+            await asyncio.to_thread(
+                store.refused_trial, self._sessions, active.experiment, active.host, measured.index,
+                point=measured.point, purpose=measured.purpose, run_id=measured.run_id or "",
+                measurement=measured.model_dump(mode="json"), message=measured.message, outcome=outcome,
+                progress=progress, now=self._clock())
         log.info("experiment %s on %s: trial %d %s %s", active.experiment, active.host, measured.index + 1,
                  "ok" if measured.ok else "failed", measured.message)
 

@@ -108,6 +108,15 @@ def record_trial(sessions: Sessions, experiment: str, host: str, index: int, *, 
                                         message=message, outcome=outcome, progress=progress, now=now)
 
 
+def refused_trial(sessions: Sessions, experiment: str, host: str, index: int, *, point: Mapping[str, Any],
+                  purpose: str, run_id: str, measurement: Mapping[str, Any], message: str,
+                  outcome: Mapping[str, Any] | None, progress: Mapping[str, Any], now: datetime) -> bool:
+    with sessions() as session:
+        return experiments.refused_trial(session, experiment, host, index, point=point, purpose=purpose,
+                                         run_id=run_id, measurement=measurement, message=message,
+                                         outcome=outcome, progress=progress, now=now)
+
+
 def begin_restore(sessions: Sessions, experiment: str, host: str, *, message: str,
                   progress: Mapping[str, Any], now: datetime) -> None:
     with sessions() as session:
