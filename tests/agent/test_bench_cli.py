@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 
-def agent(*args: str) -> subprocess.CompletedProcess[str]:
+def agent(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "stortune.agent.cli", *args], capture_output=True,
-                          text=True, timeout=300, check=False)
+                          text=True, timeout=300, check=False, cwd=cwd)
 
 
 def test_an_invalid_spec_names_the_field_and_runs_nothing(tmp_path: Path) -> None:
@@ -36,7 +36,9 @@ def test_a_preset_on_a_loop_device_prints_results_and_devices(loop_device: str, 
     common = ("--target", loop_device, "--runtime", "1s", "--state-dir", state)
     refused = agent("bench", "--preset", "seq-64k", *common)
     assert refused.returncode == 1 and "allowDestructive is not true" in refused.stderr
-    first = agent("bench", "--preset", "seq-64k", "--allow-destructive", *common, "-o", "json")
+    # A relative --state-dir, as the README's walk gives it: fio runs elsewhere, so it is made absolute.
+    first = agent("bench", "--preset", "seq-64k", "--allow-destructive", "--target", loop_device,
+                  "--runtime", "1s", "--state-dir", "state", "-o", "json", cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     result = json.loads(first.stdout)
     assert result["state"] == "done" and [s["step"] for s in result["summaries"]] == [

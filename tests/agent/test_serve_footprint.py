@@ -41,7 +41,10 @@ print(json.dumps(sorted(sys.modules)))
 ON_DEMAND = ("yaml", "stortune.agent.bench.manager", "stortune.agent.bench.cli",
              "stortune.schemas.bench.spec", "stortune.schemas.bench.results",
              "stortune.agent.diagnostics", "cryptography", "optuna", "stortune.schemas.tuning",
-             "stortune.agent.tune", "stortune.agent.tune_cli")
+             "stortune.agent.tune", "stortune.agent.tune_cli",
+             # The parser's bench arguments need the preset names and --bench-dir's check, not
+             # the step models, the preset expansions or the file-target machinery.
+             "stortune.schemas.bench.presets", "stortune.schemas.bench.steps", "stortune.agent.bench.files")
 
 
 def test_an_idle_serving_agent_holds_no_benchmark_diagnostics_or_yaml_code(tmp_path: Path) -> None:

@@ -42,7 +42,8 @@ def _files(p: argparse.ArgumentParser) -> None:
 
 
 def _state(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR,
+    # Made absolute at once: fio and the tools run in other directories than the caller's.
+    p.add_argument("--state-dir", default=DEFAULT_STATE_DIR, type=os.path.abspath,
                    help=f"journal and originals (default {DEFAULT_STATE_DIR})")
 
 

@@ -12,11 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from stortune.agent.bench.files import OWN_DIR, check_directory
-from stortune.schemas.bench.presets import PRESET_NAMES
+from stortune.schemas.bench.preset_names import PRESET_NAMES
+
+#: STATE_DIR/OWN_DIR holds the agent's own file targets (``files``); named here so that
+#: building the parser does not import ``files``.
+OWN_DIR = "bench-files"
 
 
 def bench_dir(text: str) -> Path:
+    from stortune.agent.bench.files import check_directory
+
     try:
         return check_directory(text)
     except ValueError as exc:

@@ -59,11 +59,11 @@ from pathlib import Path
 from typing import Any
 
 from stortune.agent import procfs
+from stortune.agent.bench.args import OWN_DIR  # named there for the parser
 from stortune.agent.bench.errors import BenchmarkError
 from stortune.agent.journal import atomic_write
 from stortune.agent.kernelfs import KernelFS
 
-OWN_DIR = "bench-files"
 RECORD = "bench-files.json"
 PATH_MAX = 4095  # bytes, without the terminating NUL
 NAME_MAX = 255

@@ -15,12 +15,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, get_args
 
+from stortune.schemas.bench.preset_names import PRESET_NAMES
 from stortune.schemas.bench.steps import IoEngine, Pattern, TargetFacts, WorkloadStep
-
-PresetName = Literal["iozone-seq", "iometer-4k", "iometer-64k", "seq-64k", "seq-1m", "stream-32k", "oltp-8k"]
-PRESET_NAMES: tuple[str, ...] = get_args(PresetName)
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 OUTSTANDING_PER_DRIVE = 2

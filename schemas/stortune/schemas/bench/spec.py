@@ -33,7 +33,8 @@ from pydantic.json_schema import SkipJsonSchema
 
 from stortune.schemas import sizes, yamlsafe
 from stortune.schemas.bench import metrics, presets, units
-from stortune.schemas.bench.presets import Overrides, PresetName
+from stortune.schemas.bench.preset_names import PresetName
+from stortune.schemas.bench.presets import Overrides
 from stortune.schemas.bench.steps import (
     WRITING_PATTERNS,
     IoEngine,
