@@ -377,13 +377,19 @@ def record_trial(session: Session, experiment_id: str, host: str, index: int, *,
     if done is None:
         session.rollback()
         return False
+    _host_evidence(session, experiment_id, host, outcome=outcome, progress=progress, now=now)
+    session.commit()
+    return True
+
+
+def _host_evidence(session: Session, experiment_id: str, host: str, *, outcome: Mapping[str, Any] | None,
+                   progress: Mapping[str, Any], now: datetime) -> None:
+    """The host's evidence and progress after a recorded trial; no trial is running there."""
     session.execute(update(ExperimentHost)
                     .where(ExperimentHost.experiment == experiment_id, ExperimentHost.host == host)
                     .values(current_trial=None, updated_at=now, progress=dict(progress),
                             outcome=None if outcome is None else dict(outcome))
                     .execution_options(synchronize_session=False))
-    session.commit()
-    return True
 
 
 def refused_trial(session: Session, experiment_id: str, host: str, index: int, *, point: Mapping[str, Any],
@@ -401,11 +407,7 @@ def refused_trial(session: Session, experiment_id: str, host: str, index: int, *
     except IntegrityError:
         session.rollback()
         return False
-    session.execute(update(ExperimentHost)
-                    .where(ExperimentHost.experiment == experiment_id, ExperimentHost.host == host)
-                    .values(current_trial=None, updated_at=now, progress=dict(progress),
-                            outcome=None if outcome is None else dict(outcome))
-                    .execution_options(synchronize_session=False))
+    _host_evidence(session, experiment_id, host, outcome=outcome, progress=progress, now=now)
     session.commit()
     return True
 
