@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from stortune.agent import journal, local
@@ -227,6 +227,12 @@ def loop_settings(draw: st.DrawFn, offered: list[str], hw_max: int) -> dict[str,
     return chosen
 
 
+#: Found by the test below: bfq turns the writeback throttle off (0) and leaving it turns it on
+#: again, so a wanted 0 that looked in place before the switch must be written after it.
+_FROM_BFQ = (example(start="bfq", chosen={"scheduler": "none", "wbt_lat_usec": 0})
+             if {"bfq", "none"} <= set(OFFERED) else (lambda f: f))
+
+
 def test_apply_then_plan_is_empty_and_restore_is_exact(fresh_loops: Fresh) -> None:
     """Any mix of loop tunables from any starting elevator, each on a fresh device."""
     with fresh_loops() as probe:
@@ -235,6 +241,7 @@ def test_apply_then_plan_is_empty_and_restore_is_exact(fresh_loops: Fresh) -> No
     @settings(max_examples=40, deadline=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
     @given(start=st.sampled_from(OFFERED), chosen=loop_settings(OFFERED, hw_max))
+    @_FROM_BFQ
     def check(start: str, chosen: dict[str, object]) -> None:
         with fresh_loops() as dev, tempfile.TemporaryDirectory() as tmp:
             prepare(dev, start)

@@ -112,6 +112,21 @@ def test_in_sync_is_empty_and_audit_is_not_enforced() -> None:
     assert len(result.changes) == 1 and result.enforced().changes == []
 
 
+def test_a_wanted_value_in_place_is_written_again_after_a_change_that_resets_it() -> None:
+    """sda has nr_requests 64 as wanted, but the scheduler switch the profile also wants resets
+    it: the plan writes it again after the switch (the executor writes only if it did change).
+    Found on loop devices: from bfq (which turns the writeback throttle off, wbt_lat_usec 0) to
+    none, a wanted wbt_lat_usec 0 was "in sync" and the switch turned the throttle back on."""
+    both = profile("p", 1, [rule("r", "{name: [sda]}", "{scheduler: bfq, nr_requests: 64}")])
+    assert changes(plan([both], streamer_with_md())) == [
+        ("sda", "scheduler", "mq-deadline", "bfq"),
+        ("sda", "nr_requests", 64, 64),
+    ]
+    # Nothing to switch: nothing to write again, the plan stays empty.
+    kept = profile("p", 1, [rule("r", "{name: [sda]}", "{scheduler: mq-deadline, nr_requests: 64}")])
+    assert plan([kept], streamer_with_md()).empty
+
+
 def test_observed_values_override_discovery() -> None:
     topo = streamer_with_md()
     vod = profile("vod", 1, [rule("r", "{name: [sda]}", "{read_ahead_kb: 4096}")])

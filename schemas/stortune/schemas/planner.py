@@ -149,8 +149,10 @@ def plan(
     result = Plan()
     order = {t.name: t.order for t in catalog.ordered()}
     position: dict[str, int] = {}
+    kinds: dict[str, DeviceKind] = {}
     for index, dev in enumerate(targets(topology)):
         position[dev.name] = index
+        kinds[dev.name] = dev.kind
         by_tunable, verdicts = _candidates(profiles, dev)
         result.explanations.append(
             DeviceExplanation(device=dev.name, device_id=dev.id, kind=dev.kind, rules=verdicts)
@@ -186,6 +188,16 @@ def plan(
                         current=current, desired=win.value, source=win.source,
                     )
                 )
+    # A wanted value already in place is written again after a change that resets it (switching
+    # away from bfq turns a disabled writeback throttle back on); the executor re-reads each value
+    # before writing, so it writes only when the reset did happen.
+    changed = {(c.device, c.tunable) for c in result.changes}
+    result.changes += [
+        Change(device=d.device, device_id=d.device_id, kind=kinds[d.device], tunable=d.tunable,
+               current=d.observed, desired=d.desired, source=d.source)
+        for d in result.desired
+        if d.in_sync and any((d.device, cause) in changed for cause in catalog.reset_by(d.tunable))
+    ]
     result.changes.sort(key=lambda c: (order[c.tunable], position[c.device]))
     result.restorations = [
         r for r in _releases(result, topology, seen)
