@@ -112,6 +112,11 @@ def _release(loop: _Loop) -> str | None:
             time.sleep(0.2 * (attempt + 1))  # udev may hold it open for a moment
         else:
             return f"could not detach /dev/{loop.name}: {proc.stderr.strip()}"
+        # losetup -d of a device still open (a fio just killed, a prober) only marks it to be
+        # detached on its last close: wait for that, so the next test starts on a settled graph.
+        deadline = time.monotonic() + 10
+        while _ours(loop) and time.monotonic() < deadline:
+            time.sleep(0.05)
     loop.image.unlink(missing_ok=True)
     return None
 
