@@ -56,29 +56,6 @@ class Golden:
             )
 
 
-#: Fixtures that hand a test real loop devices.
-_LOOP_FIXTURES = frozenset({"loop_device", "loop_devices", "fresh_loops", "stream_loop"})
-
-
-#: Whole directories that run on one worker: the agent's tests read the real host here and
-#: there (discovery, diagnostics tools probing /dev), which holds a loop device open at the
-#: wrong moment for a test that releases or measures one.
-_HOST_DIRS = ("tests/agent/", "tests/e2e/")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under pytest-xdist (``./dev test`` runs two workers), every test that uses real block
-    devices, runs fio or touches the real host goes to one worker, one at a time: their
-    measurements (read-ahead significance, couplings) need the devices to themselves, and loop
-    numbers stay predictable. Everything else spreads over the workers."""
-    for item in items:
-        fixtures = set(getattr(item, "fixturenames", ()))
-        module = item.nodeid.split("::")[0]
-        if (item.get_closest_marker("root") or fixtures & _LOOP_FIXTURES or "fio" in module
-                or module.startswith(_HOST_DIRS)):
-            item.add_marker(pytest.mark.xdist_group("devices"))
-
-
 @pytest.fixture
 def golden(request: pytest.FixtureRequest) -> Golden:
     return Golden(update=bool(request.config.getoption("--update-golden")))
