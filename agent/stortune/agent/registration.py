@@ -47,6 +47,7 @@ from typing import Any
 from stortune.agent import local
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import HOST_KEY_HEADER
+from stortune.schemas import backoff
 from stortune.schemas.topology import Topology
 
 log = logging.getLogger("stortune.agent.registration")
@@ -99,7 +100,7 @@ class _Gone(Exception):
 def backoff_delay(attempt: int, base: float, cap: float,
                   uniform: Callable[[float, float], float] = random.uniform) -> float:
     """Full jitter: uniform over [0, min(cap, base * 2**(attempt-1))], attempt >= 1."""
-    return uniform(0.0, min(cap, base * 2.0 ** min(attempt - 1, 32)))
+    return uniform(0.0, backoff.ceiling(attempt - 1, base, cap))
 
 
 def host_facts(fs: KernelFS, agent_version: str) -> dict[str, Any]:

@@ -42,6 +42,7 @@ import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+from stortune.schemas import backoff
 from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.server.agentclient import (
     AgentBusy,
@@ -208,8 +209,7 @@ class BenchmarkDispatcher:
 
     # -- driving one run ---------------------------------------------------------------------
     def _delay(self, attempts: int) -> float:
-        delay = min(self.retry_cap, self.retry_base * 2.0 ** min(attempts, 32))
-        return delay * (1 - 0.2 * self._rng.random())
+        return backoff.shortened(attempts, self.retry_base, self.retry_cap, 0.2, self._rng.random())
 
     async def _drive(self, run: ActiveRun) -> None:
         try:

@@ -21,6 +21,8 @@ import random
 import threading
 from collections import deque
 
+from stortune.schemas import backoff
+
 
 class Backoff:
     """Per-key exponential delays: ``base`` doubling up to ``cap``, each shortened by up to
@@ -38,8 +40,7 @@ class Backoff:
         """The delay before the next retry of ``key``; counts one more failure."""
         n = self._failures.get(key, 0)
         self._failures[key] = n + 1
-        delay: float = min(self.cap, self.base * 2.0 ** min(n, 64))
-        return delay * (1 - self.jitter * self._rng.random())
+        return backoff.shortened(n, self.base, self.cap, self.jitter, self._rng.random())
 
     def failures(self, key: str) -> int:
         return self._failures.get(key, 0)

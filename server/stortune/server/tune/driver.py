@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from stortune.schemas import backoff
 from stortune.schemas.bench.results import TERMINAL_STATES, BenchmarkResult
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device
@@ -182,8 +183,7 @@ class ExperimentDriver:
 
     # -- one host ----------------------------------------------------------------------------
     def _delay(self, attempts: int) -> float:
-        delay = min(self.retry_cap, self.retry_base * 2.0 ** min(attempts, 32))
-        return delay * (1 - 0.2 * self._rng.random())
+        return backoff.shortened(attempts, self.retry_base, self.retry_cap, 0.2, self._rng.random())
 
     async def _note(self, active: ActiveHost, message: str) -> None:
         await asyncio.to_thread(store.note, self._sessions, active.experiment, active.host, message,
