@@ -8,7 +8,9 @@ PSS) for a while before it is stopped:
 * managed, as in production: registered with a `stortune-server` (SQLite, in a
   temp dir) that applied a profile to its devices (a fixture sysfs tree, so
   nothing on this machine is written) and checks it for drift every 5 s over
-  mutual TLS, while the agent heartbeats.
+  mutual TLS, while the agent heartbeats;
+* the same with a PERC behind a fake `perccli64` on the agent's tool path, so every
+  discovery also asks the controller (`--controller-cache 5`).
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _ready(base: str, token: str) -> bool:
         c["type"] == "Ready" and c["status"] == "True" for c in h["status"]["conditions"]) for h in hosts)
 
 
-def managed(work: Path) -> None:
+def managed(work: Path, *, perc: bool = False) -> None:
     sys.path.insert(0, str(ROOT))
     from bench.fleet import free_port
     from tests.fixtures.sysfs_builder import SysfsBuilder
@@ -131,14 +133,20 @@ def managed(work: Path) -> None:
         agent = [str(BIN / "stortune-agent"), "serve", "--sysfs", str(fs.sysfs), "--procfs", str(fs.procfs),
                  "--state-dir", str(work / "agent"), "--server", base, "--listen", "127.0.0.1:0",
                  "--token-file", str(work / "server/agent-bootstrap.token"), "--label", "bench=idle-rss"]
+        label = "managed (registered, a profile applied, drift checks every 5 s)"
+        if perc:
+            from tests.fixtures.raid_fakes import fake_megaraid
+
+            fake_megaraid(work / "bin", ("legacy",), name="perccli64")
+            agent += ["--tool-path", str(work / "bin"), "--controller-cache", "5"]
+            label = "managed, a PERC behind perccli64 asked every 5 s"
         with running(agent) as proc:
             _call(f"{base}/api/v1/profiles", token, PROFILE)
             while not _ready(base, token):
                 if time.monotonic() > deadline or proc.poll() is not None:
                     raise SystemExit("the agent did not become Ready with the profile applied")
                 time.sleep(0.2)
-            sample("managed (registered, a profile applied, drift checks every 5 s)", proc,
-                   settle=6, seconds=15)
+            sample(label, proc, settle=6, seconds=15)
 
 
 def _up(base: str) -> bool:
@@ -160,6 +168,7 @@ def main() -> int:
                       *agent_certificate(work / "tls")]) as proc:
             sample("with the gRPC agent API (mutual TLS) on 127.0.0.1", proc)
         managed(work / "managed")
+        managed(work / "managed-perc", perc=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -27,6 +27,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite golden files under tests/golden/ instead of comparing against them",
     )
+    parser.addoption(
+        "--shard",
+        default=None,
+        metavar="K/N",
+        help="run only every N-th collected test, starting at the K-th (1-based): ./dev test runs"
+             " the control plane's tests as N such processes side by side",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    shard = config.getoption("--shard")
+    if shard is None:
+        return
+    try:
+        k, n = (int(part) for part in shard.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard {shard!r}: expected K/N, e.g. 1/2") from None
+    if not 1 <= k <= n:
+        raise pytest.UsageError(f"--shard {shard!r}: K must be between 1 and N")
+    # Dealt round, not cut in blocks: a file's slow tests (one per parameter) sit side by side
+    # and so go to different shards.
+    keep = [item for i, item in enumerate(items) if i % n == k - 1]
+    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % n != k - 1])
+    items[:] = keep
 
 
 @dataclass(frozen=True)

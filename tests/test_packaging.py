@@ -1,5 +1,6 @@
 """The wheel installs into a fresh venv with only `stortune` at the top level,
-and its console scripts run there."""
+and its console scripts run there: bare, the agent alone (the others name their
+extra); with the `server` and `cli` extras, all of them."""
 
 from __future__ import annotations
 
@@ -40,8 +41,22 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     # --system-site-packages would hide a missing dependency; a clean venv proves the metadata.
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = env_dir / "bin" / "python"
-    subprocess.run([str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    str(wheel)], check=True, capture_output=True, timeout=600)
+    pip = [str(py), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, str(wheel)], check=True, capture_output=True, timeout=600)
+    # Bare: a storage host's install. The agent runs; the control plane's stack is absent.
+    agent = env_dir / "bin" / "stortune-agent"
+    out = subprocess.run([str(agent), "topology", "-o", "json"], check=True, capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert '"devices"' in out.stdout
+    absent = subprocess.run([str(py), "-c", "import importlib.util as u; print([m for m in ('fastapi',"
+                             "'sqlalchemy','psycopg','matplotlib','optuna','httpx') if u.find_spec(m)])"],
+                            check=True, capture_output=True, text=True, cwd=tmp_path)
+    assert absent.stdout.strip() == "[]"
+    for script, extra in (("stortune-server", "server"), ("stortune", "cli")):
+        out = subprocess.run([str(env_dir / "bin" / script), "--help"], capture_output=True, text=True,
+                             check=False)
+        assert out.returncode == 1 and f"pip install 'stortune[{extra}]'" in out.stderr, out.stderr
+    subprocess.run([*pip, f"{wheel}[server,cli]"], check=True, capture_output=True, timeout=600)
     site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                           check=True, capture_output=True, text=True).stdout.strip()
     for bare in ("server", "agent", "schemas", "proto", "tests"):
@@ -63,7 +78,6 @@ def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     assert docs.returncode == 0, docs.stderr
     assert docs.stdout.split() == ["200"] * 6, docs.stdout
 
-    agent = env_dir / "bin" / "stortune-agent"
     out = subprocess.run([str(agent), "--help"], check=True, capture_output=True, text=True)
     assert "topology" in out.stdout
     out = subprocess.run([str(agent), "topology", "-o", "json"], check=True, capture_output=True,

@@ -6,6 +6,8 @@ from pathlib import Path
 
 
 def pids_in_group(pgid: int) -> list[int]:
+    """Live members of the group: a zombie (killed, its parent gone, and an init here that may
+    never reap it) runs nothing and holds nothing."""
     out = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -13,7 +15,7 @@ def pids_in_group(pgid: int) -> list[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[2]) == pgid:
+            if int(fields[2]) == pgid and fields[0] != "Z":
                 out.append(int(entry.name))
     return out
 

@@ -1,4 +1,5 @@
-"""The real fio runner: status lines, a short run, cancel leaving no process, fio missing."""
+"""The real fio runner: status lines, a short run, cancel leaving no process (its job processes
+included, which fio puts in sessions of their own), fio missing."""
 
 from __future__ import annotations
 
@@ -77,6 +78,39 @@ def test_cancel_stops_every_fio_process(tmp_path: Path) -> None:
     assert outcome.cancelled and time.monotonic() - t0 < 15
     assert pids_in_group(started[0]) == []
     assert processes_with(str(inv.job_file)) == []
+
+
+def children_of(pid: int) -> list[int]:
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    out.append(int(entry.name))
+            except (OSError, IndexError):
+                continue
+    return out
+
+
+@needs_fio
+def test_a_leader_killed_while_it_starts_its_jobs_leaves_no_job_behind(tmp_path: Path) -> None:
+    """fio's job processes call setsid(): killing the leader's group misses them, and a leader
+    killed before it gave them the go leaves them waiting forever (seen on a loaded CI host)."""
+    cancel = threading.Event()
+    runner = SubprocessFioRunner(kill_grace=0)  # SIGKILL at once: the leader never stops its jobs itself
+    inv = invocation(tmp_path, job(tmp_path, runtime="60s", numjobs=4))
+
+    def cancel_once_a_job_forked(leader: int) -> None:
+        def watch() -> None:
+            while not children_of(leader) and not cancel.is_set():
+                time.sleep(0.001)
+            cancel.set()
+        threading.Thread(target=watch, daemon=True).start()
+
+    outcome = runner.run(inv, on_status=lambda s: None, cancel=cancel, on_start=cancel_once_a_job_forked)
+    assert outcome.cancelled
+    assert processes_with(str(inv.job_file)) == [], (outcome.returncode, outcome.stderr)
+    assert pids_in_group(outcome.pid) == []
 
 
 @needs_fio

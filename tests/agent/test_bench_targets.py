@@ -54,7 +54,7 @@ def refusal(fs: KernelFS, topology: Topology, name: str) -> list[str]:
 
 
 def test_a_mounted_array_is_refused(fileserver: tuple[KernelFS, Topology]) -> None:
-    assert refusal(*fileserver, "md126") == ["md126 is mounted at /export (ext4)"]
+    assert refusal(*fileserver, "md126") == ["md126 is mounted at /export (xfs)"]
 
 
 def test_an_array_member_is_refused_for_its_holder(fileserver: tuple[KernelFS, Topology]) -> None:

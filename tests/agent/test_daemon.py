@@ -67,8 +67,15 @@ def test_hot_plugged_device_gets_its_settings(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-m", "stortune.agent.cli", "serve", "--state-dir",
                              state, "--rescan-interval", "0.2", *roots],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    seen: list[str] = []
     try:
-        time.sleep(1.0)
+        # Plugged in once the daemon watches (its first look at the devices is done), not after a
+        # guessed delay: a slow start would find loop1 already there and never see it arrive.
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            seen.append(line)
+            if "watching for device changes" in line:
+                break
         b.loop(1, size=1 << 21, backing_file="/srv/images/b.img")  # plugged in
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline:
@@ -79,7 +86,8 @@ def test_hot_plugged_device_gets_its_settings(tmp_path: Path) -> None:
         assert queue_value(b, "loop1", "nr_requests") == "64"
     finally:
         proc.terminate()
-        _, err = proc.communicate(timeout=20)
+        _, rest = proc.communicate(timeout=20)
+    err = "".join(seen) + rest
     assert proc.returncode == 0, err
     assert "device graph changed" in err
 

@@ -87,7 +87,8 @@ def test_md_raid5_fileserver(build: Build) -> None:
     assert all(m.state == ["in_sync"] and m.errors == 0 for m in md.md.members)
     assert md.id == "uuid:8c5e2f1a-3b4d-4e6f-9a7b-1c2d3e4f5a6b"
     assert md.slaves == ["sdb1", "sdc1", "sdd1", "sde1", "sdf1"]
-    assert [(m.mountpoint, m.fstype) for m in md.mounts] == [("/export", "ext4")]
+    assert [(m.mountpoint, m.fstype) for m in md.mounts] == [("/export", "xfs")]
+    assert "swidth=3072" in md.mounts[0].super_options
     assert Role.MOUNTED in md.roles
     assert md.optimal_io_size == 4 * 524288
 

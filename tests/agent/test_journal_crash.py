@@ -1,15 +1,14 @@
 """kill -9 in the middle of an apply, then recovery.
 
-The attribute written last is a FIFO in a fake sysfs tree. The apply in a
-child process reads it (the test feeds it a value), journals its intent, then
-blocks opening it for writing because nobody reads; at that moment the test
-knows exactly which writes happened, and kills the child.
+The apply runs in a child process over a fake sysfs tree whose KernelFS (the
+seam) never returns from the write of the attribute written last: the child
+journals its intent, then blocks; at that moment the test knows exactly which
+writes happened, and kills the child. (A FIFO attribute did this once; reads
+now refuse anything but a regular file, so a FIFO can no longer be read first.)
 """
 
 from __future__ import annotations
 
-import errno
-import os
 import shutil
 import signal
 import subprocess
@@ -28,13 +27,20 @@ from tests.agent.fakekernel import FAKE_QUEUE, change, make_fake_kernel, queue_f
 
 CHILD = """
 import sys
+import threading
 from stortune.agent import executor
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas.plan import Plan
 
+class WriteHangs(KernelFS):
+    def write_tunable(self, tunable, device, text):
+        if tunable.name == "read_ahead_kb":
+            threading.Event().wait()  # the test kills the process here
+        super().write_tunable(tunable, device, text)
+
 sysfs, procfs, plan, state = sys.argv[1:]
 with open(plan) as fh:
-    executor.apply(KernelFS.at(sysfs, procfs), Plan.model_validate_json(fh.read()), state)
+    executor.apply(WriteHangs.at(sysfs, procfs), Plan.model_validate_json(fh.read()), state)
 """
 
 PLAN = Plan(
@@ -56,26 +62,9 @@ def values(fs: KernelFS) -> dict[str, object]:
     return {t: value(fs, t) for t in ORIGINAL}
 
 
-def feed_fifo(path: Path, text: bytes) -> None:
-    """Give a blocked reader its data; a no-op when nobody is reading yet."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO:  # no reader: never unblocks a pending writer
-            return
-        raise
-    try:
-        os.write(fd, text)
-    finally:
-        os.close(fd)
-
-
 def crash_during_last_write(tmp_path: Path) -> tuple[KernelFS, Path]:
     """Run the apply in a child and SIGKILL it once the last write is journaled."""
     fs = make_fake_kernel(tmp_path / "kernel", {"fake0": dict(FAKE_QUEUE)})
-    fifo = queue_file(fs, "fake0", "read_ahead_kb")
-    fifo.unlink()
-    os.mkfifo(fifo)
     state = tmp_path / "state"
     plan_file = tmp_path / "plan.json"
     plan_file.write_text(PLAN.model_dump_json())
@@ -94,17 +83,14 @@ def crash_during_last_write(tmp_path: Path) -> tuple[KernelFS, Path]:
                 pytest.fail(f"apply exited ({child.returncode}) before blocking: {child.stderr!r}")
             if time.monotonic() > deadline:
                 pytest.fail("apply never journaled the read_ahead_kb intent")
-            feed_fifo(fifo, b"128\n")
             time.sleep(0.01)
-        # It is now inside open(O_WRONLY) of the FIFO, or about to be: the write cannot happen.
+        # It is now inside the hanging write, or about to be: the write cannot happen.
     finally:
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=30)
         if child.stderr:
             child.stderr.close()
     assert child.returncode == -signal.SIGKILL
-    fifo.unlink()
-    fifo.write_text("128\n")
     return fs, state
 
 

@@ -42,6 +42,8 @@ ON_DEMAND = ("yaml", "stortune.agent.bench.manager", "stortune.agent.bench.cli",
              "stortune.schemas.bench.spec", "stortune.schemas.bench.results",
              "stortune.agent.diagnostics", "cryptography", "optuna", "stortune.schemas.tuning",
              "stortune.agent.tune", "stortune.agent.tune_cli",
+             # Metrics are the control plane's (server/stortune/server/metrics), never the daemon's.
+             "prometheus_client",
              # The parser's bench arguments need the preset names and --bench-dir's check, not
              # the step models, the preset expansions or the file-target machinery.
              "stortune.schemas.bench.presets", "stortune.schemas.bench.steps", "stortune.agent.bench.files")

@@ -22,7 +22,8 @@ ADDRESS = "127.0.0.1:9"  # what ControlPlane.register advertises
 
 @pytest.fixture
 def agent() -> SurfaceAgent:
-    return SurfaceAgent(address=ADDRESS, topology=loop_topology("web-1"))
+    # Each trial stays in flight a moment: the live view's lines are asserted on.
+    return SurfaceAgent(address=ADDRESS, topology=loop_topology("web-1"), running_s=0.2)
 
 
 @pytest.fixture

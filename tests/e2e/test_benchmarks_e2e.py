@@ -99,7 +99,7 @@ def test_benchmarks_through_server_and_agent(fleet: Fleet,  # noqa: F811 - the f
     body = json.loads(compared.stdout)
     row = next(r for r in body["rows"] if r["step"] == "seq-1m/read" and r["metric"] == "read_bandwidth")
     assert row["a"]["n"] == row["b"]["n"] == 2 and row["verdict"] in ("better", "worse", "within noise")
-    assert (compared.returncode == 2) == (body["summary"]["worse"] > 0)
+    assert (compared.returncode == 2) == (body["summary"]["objectiveWorse"] > 0)
     chart = tmp_path / "threads.svg"
     assert fleet.cli("bench", "plot", ids[0], "-o", str(chart)).returncode == 0
     assert "seq-1m" in chart.read_text()

@@ -38,9 +38,10 @@ def restore_refused(agent: Agent, keys: set[SettingKey]) -> str:
     return err.value.message.removeprefix(prefix)
 
 
-KNOWN = ("add_random, dev.raid.speed_limit_max, dev.raid.speed_limit_min, group_thread_cnt, iostats,"
-         " max_sectors_kb, nomerges, nr_requests, queue_depth, read_ahead_kb, rq_affinity, scheduler,"
-         " stripe_cache_size, sync_speed_max, sync_speed_min, wbt_lat_usec")
+KNOWN = ("add_random, controller_read_ahead, controller_write_cache, dev.raid.speed_limit_max,"
+         " dev.raid.speed_limit_min, drive_write_cache, group_thread_cnt, iostats, max_sectors_kb, nomerges,"
+         " nr_requests, queue_depth, read_ahead_kb, rq_affinity, scheduler, stripe_cache_size,"
+         " sync_speed_max, sync_speed_min, wbt_lat_usec")
 
 
 @pytest.mark.parametrize("tunable", ["no_such_tunable", "scheduler\x00", "read_ahead_kb ", "../queue/x",

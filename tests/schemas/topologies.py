@@ -104,3 +104,25 @@ def streamer_with_md() -> Topology:
         devices=devices,
         host_tunables={"dev.raid.speed_limit_min": num(1000), "dev.raid.speed_limit_max": num(200000)},
     )
+
+
+def perc_volume(name: str = "sdb", *, drives: int | None = 8, level: str = "RAID5",
+                strip: int | None = 256 << 10, state: str | None = "Optl",
+                span_depth: int | None = None, rotational: bool | None = True,
+                backup_state: str = "Optimal", **fields: object) -> Device:
+    """A PERC H710 virtual drive as discovery shows it once mapped: a megaraid_sas disk
+    carrying its ``VolumeRef``."""
+    from stortune.schemas.controllers import BackupUnit, VolumeRef
+
+    ref = VolumeRef(adapter="perc", controller=0, virtual_drive=0, mapped_by="wwn",
+                    model="PERC H710", driver="megaraid_sas", firmware_version="21.3.5-0002",
+                    raid_level=level, strip_size_bytes=strip, physical_drives=drives,
+                    backup=BackupUnit(kind="cachevault", state=backup_state,
+                                      optimal=backup_state == "Optimal"),
+                    state=state, span_depth=span_depth)
+    base: dict[str, object] = dict(
+        name=name, kind=DeviceKind.DISK, id=f"wwn:naa.61866da0{name}", rotational=rotational,
+        vendor="DELL", model="PERC H710", transport="sas", size_bytes=8_000_000_000_000,
+        scsi_host=ScsiHost(name="host0", driver="megaraid_sas"), controller=ref)
+    base.update(fields)
+    return Device.model_validate(base)

@@ -10,6 +10,7 @@ compares what an agent would send.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -118,6 +119,9 @@ class BenchAgent(FakeAgentClient):
     """A FakeAgentClient whose benchmark runs end when the test says (``auto``: at once)."""
 
     auto: bool = True
+    # With ``auto``: a run stays 'running' this long before it ends, so a follower polling the
+    # control plane (the CLI's live view) sees each run in flight even on a loaded machine.
+    running_s: float = 0.0
     values: Values = field(default_factory=steady)
     settings: dict[str, dict[str, int | str | None]] | None = None
 
@@ -141,8 +145,15 @@ class BenchAgent(FakeAgentClient):
     async def start_benchmark(self, run_id: str, spec: BenchmarkSpec) -> BenchmarkProgress:
         progress = await super().start_benchmark(run_id, spec)
         if self.auto and run_id not in self.outcomes:
-            self.finish(run_id)
+            if self.running_s > 0:
+                asyncio.get_running_loop().call_later(self.running_s, self._finish_open, run_id)
+            else:
+                self.finish(run_id)
         return progress
+
+    def _finish_open(self, run_id: str) -> None:
+        if run_id not in self.outcomes:
+            self.finish(run_id)
 
     async def cancel_benchmark(self, run_id: str) -> tuple[bool, BenchmarkProgress]:
         cancelled, progress = await super().cancel_benchmark(run_id)

@@ -8,9 +8,10 @@ emptied after each test. Unreachable: the PostgreSQL cases skip and say why.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,10 @@ from stortune.api.agent import tls
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.agentclient import FakeAgentClients
 from stortune.server.auth import Role
+from stortune.server.db.engine import make_engine
+from stortune.server.db.migrate import upgrade
 from stortune.server.db.tables import Base
+from tests.pgdb import fresh_database
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client, issue_token
 
 PG_ADMIN_URL = os.environ.get("STORTUNE_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
@@ -32,18 +36,17 @@ PG_ADMIN_URL = os.environ.get("STORTUNE_TEST_PG", "postgresql://postgres@127.0.0
 
 @pytest.fixture(scope="session")
 def pg_database() -> Iterator[str]:
+    yield from new_pg_database("stortune_test")
+
+
+def new_pg_database(prefix: str) -> Generator[str, None, None]:
+    """A database of its own on the test server, dropped afterwards (skips without PostgreSQL)."""
     try:
-        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+        psycopg.connect(PG_ADMIN_URL, connect_timeout=3).close()
     except psycopg.OperationalError as exc:
         pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL} (set STORTUNE_TEST_PG): {exc}")
-    name = f"stortune_test_{uuid.uuid4().hex[:12]}"
-    with admin:
-        admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-        try:
-            url = make_url(PG_ADMIN_URL).set(drivername="postgresql+psycopg", database=name)
-            yield url.render_as_string(hide_password=False)
-        finally:
-            admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+    with fresh_database(PG_ADMIN_URL, f"{prefix}_{uuid.uuid4().hex[:12]}") as url:
+        yield url
 
 
 def _empty_pg(url: str) -> None:
@@ -57,10 +60,25 @@ def _empty_pg(url: str) -> None:
                 sql.SQL(", ").join(sql.Identifier(t) for t in tables)))
 
 
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A SQLite database migrated once: each test starts from a copy (as PostgreSQL's tests
+    start from the one migrated database, emptied), not by running every migration again."""
+    path = tmp_path_factory.mktemp("sqlite-template") / "stortune.db"
+    engine = make_engine(f"sqlite:///{path}")
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()  # the last connection's close folds the WAL into the file
+    return path
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'stortune.db'}"
+        path = tmp_path / "stortune.db"
+        shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+        yield f"sqlite:///{path}"
         return
     url: str = request.getfixturevalue("pg_database")
     try:

@@ -1,4 +1,4 @@
-"""Every route under /api/v1 with every role: allowed -> 2xx, otherwise 403; bad tokens -> 401.
+"""Every route under /api/v1 (and /metrics) with every role: allowed -> 2xx, otherwise 403; bad tokens -> 401.
 
 TABLE is the specification, written out by hand: a route that is not in it
 fails test_every_api_route_is_in_the_table, so a new route cannot ship
@@ -23,7 +23,7 @@ from tests.server.builders import API, keyed, loop_topology, profile_doc, regist
 from tests.server.support import FakeClock, TestClient, admin_client, bearer, issue_token
 from tests.server.tunefakes import experiment_doc
 
-ADMIN, OPERATOR, VIEWER, SUPPORT, AGENT = (r.value for r in Role)
+ADMIN, OPERATOR, VIEWER, SUPPORT, AGENT, METRICS = (r.value for r in Role)
 ROLES = [r.value for r in Role]
 READERS = frozenset({ADMIN, OPERATOR, VIEWER})
 HOST_READERS = READERS | {SUPPORT}
@@ -32,8 +32,8 @@ AGENTS = frozenset({ADMIN, AGENT})
 ADMINS = frozenset({ADMIN})
 SUPPORT_HOSTS = "role=streamer"  # h1 is a streamer: inside the support token's reach
 
-PUBLIC = {("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/docs/assets/{name}"),
-          ("GET", "/redoc")}
+PUBLIC = {("GET", "/healthz"), ("GET", "/livez"), ("GET", "/openapi.json"), ("GET", "/docs"),
+          ("GET", "/docs/assets/{name}"), ("GET", "/redoc")}
 
 
 @dataclass
@@ -77,6 +77,30 @@ class World:
         created = self.admin.post(f"{API}/benchmarks/schedules", json=schedule(f"s-{tag}"))
         assert created.status_code == 201, created.text
         return f"s-{tag}"
+
+    def probe(self, *, running: bool = False) -> str:
+        """A probe of h1 started through the API; finished on the fake agent unless ``running``."""
+        from stortune.api.agent.wire import BenchmarkProgress
+
+        assert self.app is not None
+        agent = self.app.state.agents.for_address("h1.example:7443")
+        self.settle_probes()
+        started = self.admin.post(f"{API}/hosts/h1/probes", json={"consent": True})
+        assert started.status_code == 201, started.text
+        pid = str(started.json()["id"])
+        if not running:
+            agent.benchmarks[pid].append(BenchmarkProgress(run_id=pid, state="done", percent=100.0))
+        return pid
+
+    def settle_probes(self) -> None:
+        """End every probe the fake agent runs: one probe holds a host at a time."""
+        from stortune.api.agent.wire import BenchmarkProgress
+
+        assert self.app is not None
+        agent = self.app.state.agents.for_address("h1.example:7443")
+        for pid in agent.probes:
+            if not agent.benchmarks[pid][-1].finished:
+                agent.benchmarks[pid].append(BenchmarkProgress(run_id=pid, state="done", percent=100.0))
 
     def experiment(self) -> str:
         """A finished experiment on h1 (its agent measures a known surface), made once."""
@@ -133,11 +157,15 @@ TABLE: dict[tuple[str, str], Case] = {
     # A dry run plans every host: writers only, as for ?dryRun=All (it needs the right to write).
     ("POST", "/plans"): Case(WRITERS, lambda w, t: ("/plans", {"json": {
         "profiles": [profile_doc(f"plan-{t}")], "delete": [w.profile(f"plan-del-{t}")]}})),
+    # Arithmetic over the body alone: every role but the scrape's (which reads /metrics only).
+    ("POST", "/raid-plans"): Case(frozenset(ROLES) - {METRICS}, fixed("/raid-plans", json={
+        "disks": {"count": 16, "iops": 180}, "workload": {"readPct": 70}})),
     ("GET", "/hosts"): Case(HOST_READERS, fixed("/hosts")),
     ("GET", "/hosts/{name}"): Case(HOST_READERS, fixed("/hosts/h1")),
     ("GET", "/hosts/{name}/status"): Case(HOST_READERS, fixed("/hosts/h1/status")),
     ("GET", "/hosts/{name}/lease"): Case(HOST_READERS, fixed("/hosts/h1/lease")),
     ("GET", "/hosts/{name}/topology"): Case(HOST_READERS, fixed("/hosts/h1/topology")),
+    ("GET", "/hosts/{name}/analysis"): Case(HOST_READERS, fixed("/hosts/h1/analysis")),
     ("PUT", "/hosts/{name}/labels"): Case(WRITERS, lambda w, t: (
         "/hosts/h1/labels", {"json": {"labels": {"set-by": t}}})),
     ("PATCH", "/hosts/{name}/labels"): Case(WRITERS, lambda w, t: (
@@ -162,6 +190,14 @@ TABLE: dict[tuple[str, str], Case] = {
     ("GET", "/audit"): Case(ADMINS, fixed("/audit")),
     ("GET", "/hosts/{name}/diagnostics"): Case(ADMINS | {SUPPORT}, fixed("/hosts/h1/diagnostics")),
     ("GET", "/redactions"): Case(ADMINS, fixed("/redactions")),
+    # Probes load the host's disks: who may run benchmarks may probe.
+    ("POST", "/hosts/{name}/probes"): Case(WRITERS, lambda w, t: (
+        w.settle_probes(), ("/hosts/h1/probes", {"json": {"consent": True}}))[1]),
+    ("GET", "/hosts/{name}/probes"): Case(HOST_READERS, fixed("/hosts/h1/probes")),
+    ("GET", "/hosts/{name}/probes/{probe_id}"): Case(HOST_READERS, lambda w, t: (
+        f"/hosts/h1/probes/{w.probe()}", {})),
+    ("POST", "/hosts/{name}/probes/{probe_id}/cancel"): Case(WRITERS, lambda w, t: (
+        f"/hosts/h1/probes/{w.probe(running=True)}/cancel", {})),
     # Benchmarks: runs of the hosts a support token sees; schedules select across the fleet.
     ("POST", "/benchmarks/runs"): Case(WRITERS, lambda w, t: (
         "/benchmarks/runs", {"json": streamers(f"new-{t}"), "params": {"host": "h1"}})),
@@ -213,11 +249,20 @@ TABLE: dict[tuple[str, str], Case] = {
 }
 
 
+#: Routes outside /api/v1 that need a token all the same, by their whole path.
+OUTSIDE_API: dict[tuple[str, str], Case] = {
+    # The Prometheus scrape: the whole fleet's state, so no support token (it sees some hosts).
+    ("GET", "/metrics"): Case(READERS | {METRICS}, fixed("/metrics")),
+}
+
+
 def test_every_api_route_is_in_the_table(app: FastAPI) -> None:
     served = {(m, p) for m, p, _ in api_routes(app) if m != "HEAD"}
     api = {(m, p.removeprefix(API)) for m, p in served if p.startswith(API + "/")}
     assert api == set(TABLE), "decide who may call a new route: add it to TABLE"
-    assert served - {(m, API + p) for m, p in api} == PUBLIC, "only these answer without a token"
+    outside = served - {(m, API + p) for m, p in api}
+    assert outside - set(OUTSIDE_API) == PUBLIC, "only these answer without a token"
+    assert set(OUTSIDE_API) <= outside
 
 
 def test_public_routes_need_no_token(app: FastAPI) -> None:
@@ -241,12 +286,13 @@ def world(app: FastAPI, clock: FakeClock) -> Iterator[World]:
         yield w
 
 
-@pytest.mark.parametrize("route", sorted(TABLE), ids=lambda r: f"{r[0]} {r[1]}")
+@pytest.mark.parametrize("route", sorted(TABLE) + sorted(OUTSIDE_API), ids=lambda r: f"{r[0]} {r[1]}")
 def test_each_role_gets_what_its_role_allows(
     route: tuple[str, str], app: FastAPI, world: World, clock: FakeClock,
 ) -> None:
     method, _ = route
-    case = TABLE[route]
+    case = OUTSIDE_API.get(route) or TABLE[route]
+    base = "" if route in OUTSIDE_API else API
     tokens = {role: issue_token(app, role, hosts=SUPPORT_HOSTS if role == SUPPORT else None,
                                 expires_in="72h" if role == SUPPORT else None) for role in ROLES}
     with TestClient(app) as anonymous:
@@ -260,7 +306,7 @@ def test_each_role_gets_what_its_role_allows(
         path, kwargs = case.make(world, "refused")
         for headers in ({}, {"Authorization": "Basic dXNlcjpwYXNz"}, bearer("stt_" + "x" * 43),
                         bearer(revoked), bearer(expiring)):
-            response = anonymous.request(method, API + path, **{**kwargs, "headers": {
+            response = anonymous.request(method, base + path, **{**kwargs, "headers": {
                 **kwargs.get("headers", {}), **headers}})
             assert response.status_code == 401, (headers, response.text)
             assert response.headers["www-authenticate"].startswith("Bearer")
@@ -268,7 +314,7 @@ def test_each_role_gets_what_its_role_allows(
 
         for role in ROLES:
             path, kwargs = case.make(world, role)
-            response = anonymous.request(method, API + path, **{**kwargs, "headers": {
+            response = anonymous.request(method, base + path, **{**kwargs, "headers": {
                 **kwargs.get("headers", {}), **bearer(tokens[role])}})
             if role in case.allowed:
                 assert 200 <= response.status_code < 300, (role, response.text)

@@ -341,3 +341,40 @@ def test_starting_runs_is_rate_limited_per_token(make_app: AppFactory, agents: F
         register(client, "h1")
         codes = [client.post(RUNS, json=streamers(), params={"dryRun": "All"}).status_code for _ in range(3)]
     assert codes[0] == 200 and codes[-1] == 429
+
+
+def test_two_servers_on_one_database_start_each_run_once(
+        make_app: AppFactory, agents: FakeAgentClients, db_url: str, eventually: Eventually) -> None:
+    """Two replicas, six runs on three hosts: each run is started, followed and forgotten by one
+    server (on PostgreSQL the hosts' shards divide them; SQLite has one server by design)."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("several servers share PostgreSQL only")
+    hosts = ["h1", "h2", "h3"]
+    fakes = [agents.add(BenchAgent(address=address(h), running_s=0.2)) for h in hosts]
+    from stortune.server import RecordingController
+    # Leases long enough that a loaded machine's late renewal is no lapse (a lapse stops a driver,
+    # and its successor may send the start again: harmless, an agent starts a run id once, but
+    # not what this test counts).
+    one = make_app(agents=agents, controller=RecordingController(), shard_lease_s=8, **FAST)
+    two = make_app(agents=agents, controller=RecordingController(), shard_lease_s=8, **FAST)
+
+    def split() -> bool:
+        x, y = one.state.ownership.owned(), two.state.ownership.owned()
+        return bool(x) and bool(y) and len(x | y) == 64 and not x & y
+
+    with admin_client(one) as a, admin_client(two) as b:
+        for h in hosts:
+            register(a, h)
+        eventually(split, timeout=60, what="the shards split between the servers")
+        queued = [*start(a, streamers(), host="h1"), *start(b, streamers(), host="h1")]
+        for h in ("h2", "h3"):
+            queued += [*start(a, streamers(), host=h), *start(b, streamers(), host=h)]
+        eventually(lambda: all(state(a, r) == "done" for r in queued), what="every run done", timeout=120)
+        started = [args[0] for fake in fakes for args in calls(fake, "start_benchmark")]
+        assert sorted(started) == sorted(queued)  # each once: not once per server
+        def forgotten() -> list[str]:
+            return sorted(run_id for fake in fakes for run_id in calls(fake, "forget_benchmark"))
+
+        # Each forgotten; the sweep may repeat a forget its driver made a moment before (on one
+        # server as on two: the agent answers NotFound, which counts as forgotten).
+        eventually(lambda: set(forgotten()) == set(queued), what="each run forgotten", timeout=60)

@@ -96,3 +96,20 @@ def test_the_server_says_when_it_cannot_write_the_first_tokens(
     assert "cannot create the agents' CA in" in capsys.readouterr().err
     assert main(["--db", db_url, "--state-dir", state, "--listen", "127.0.0.1:1", "--insecure"]) == 1
     assert "cannot write the first tokens into" in capsys.readouterr().err
+
+
+def test_the_database_url_may_come_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """$STORTUNE_DB stands for --db (a Kubernetes Secret fills it; deploy/kubernetes); --db wins."""
+    from_env, given = tmp_path / "from-env.db", tmp_path / "given.db"
+    monkeypatch.setenv("STORTUNE_DB", f"sqlite:///{from_env}")
+    state = tmp_path / "state"
+    assert main(["token", "create", "--role", "operator", "--state-dir", str(state)]) == 0
+    assert from_env.exists() and not (state / "stortune.db").exists()
+    assert main(["token", "list", "--db", f"sqlite:///{given}"]) == 0
+    assert given.exists()
+
+    monkeypatch.setenv("STORTUNE_DB", "  ")  # blank: the default, as if unset
+    assert main(["token", "list", "--state-dir", str(state)]) == 0
+    assert (state / "stortune.db").exists()

@@ -90,7 +90,7 @@ def test_support_gets_a_complete_bundle_with_nothing_of_the_customer_in_it(
     paths = {p.split("/", 1)[1] for p in files}
     assert {"control-plane/settings.json", "control-plane/conditions.json", "control-plane/events.json",
             "control-plane/drift.json", "control-plane/profiles.json", "control-plane/benchmarks.json",
-            "topology.json"} <= paths
+            "control-plane/analysis.json", "topology.json"} <= paths
     # The agent's own record of what it ran and missed survives the repacking.
     assert {m["tool"] for m in manifest["missing"]} >= {"nvme", "multipath"}
     assert manifest["redaction"]["masked"]["hostname"]["values"] >= 1

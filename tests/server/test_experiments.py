@@ -438,7 +438,8 @@ def test_a_fairness_constraint_keeps_out_the_unfair_optimum_and_is_charted(
 
 def test_hostile_queries_and_paths_are_refused_naming_them(client: TestClient) -> None:
     for params, field in (({"limit": 0}, "limit"), ({"limit": "ten"}, "limit"), ({"state": "lost"}, "state"),
-                          ({"name": "x" * 300}, "name")):
+                          ({"name": "x" * 300}, "name"), ({"name": "\x00"}, "name"),
+                          ({"name": "a b"}, "name")):
         response = client.get(EXPERIMENTS, params=params)
         assert response.status_code == 422, (params, response.text)
         assert field in response.text

@@ -175,7 +175,11 @@ def test_the_bootstrap_token_cannot_take_over_an_enrolled_host(
     while "loop8" not in topology_devices(plane):
         assert time.monotonic() < deadline, "the agent's topology upload did not arrive"
         time.sleep(0.05)
-    assert plane.audit("agents/h1/topology")[-1] == ("PUT", 200)
+    # The upload's audit record is written as its answer starts, after the topology committed.
+    while not (uploads := plane.audit("agents/h1/topology")):
+        assert time.monotonic() < deadline, "the topology upload was not audited"
+        time.sleep(0.05)
+    assert uploads[-1] == ("PUT", 200)
     assert agent.registrar is not None and agent.registrar.state == "registered"
 
 

@@ -123,7 +123,8 @@ def test_profile_applied_and_host_ready_with_its_settings_table(
     assert st["devices"] == [{
         "device": "loop0", "deviceId": "name:loop0", "tunable": "read_ahead_kb", "desired": 4096,
         "observed": 4096, "inSync": True, "profile": "streaming", "rule": "loops", "mode": "enforce",
-        "generation": 1, "drifted": False, "message": ""}]
+        "generation": 1, "drifted": False, "pendingReboot": False, "effective": None,
+        "message": ""}]
     conditions = {c["type"]: (c["status"], c["reason"]) for c in st["conditions"]}
     assert conditions == {"Ready": ("True", "Reconciled"), "Reachable": ("True", "AgentRegistered"),
                           "Applied": ("True", "Applied"), "Drifted": ("False", "NoDrift")}

@@ -11,6 +11,7 @@ from typing import TypeVar
 import pytest
 
 from stortune.server.reconciler.queue import Backoff, WorkQueue
+from stortune.server.reconciler.runner import SUMMARY_SHARE, summary_pause
 
 T = TypeVar("T")
 
@@ -201,3 +202,12 @@ def test_a_worker_cancelled_as_it_is_woken_passes_the_key_on() -> None:
         return await asyncio.wait_for(second, timeout=5)
 
     assert run(scenario) == "a"
+
+
+def test_profile_summaries_take_a_bounded_share_of_the_time_however_large_the_fleet() -> None:
+    """A summary pass reads every host: a fast one waits the minimum, a slow one (a large fleet)
+    waits in proportion, so passes fill at most SUMMARY_SHARE of the time."""
+    assert summary_pause(0.001, 1.0) == 1.0
+    for took in (0.5, 2.0, 7.5):
+        pause = summary_pause(took, 1.0)
+        assert pause > 1.0 and took / (took + pause) <= SUMMARY_SHARE + 1e-9

@@ -19,6 +19,7 @@ from stortune.agent.bench import args as bench_args
 from stortune.agent.journal import StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import CONTROL_PLANE_NAME
+from stortune.schemas import stripecache
 from stortune.schemas.cliparser import Parser
 from stortune.schemas.documents import DocumentError
 from stortune.schemas.profile import check_labels
@@ -34,6 +35,16 @@ AGENT_TOKEN_ENV = "STORTUNE_AGENT_TOKEN"  # noqa: S105 - the variable's name
 def _roots(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sysfs", default="/sys", help="sysfs root (default /sys)")
     p.add_argument("--procfs", default="/proc", help="procfs root (default /proc)")
+    p.add_argument("--tool-path", metavar="DIRS",
+                   help="':'-separated directories where the vendor RAID tools (storcli64, perccli64,"
+                        " ssacli, arcconf) and diagnostics tools are found (default: $PATH, the sbin"
+                        " directories and /opt/MegaRAID); a RAID tool found there manages its"
+                        " controllers")
+    p.add_argument("--tool-timeout", type=_positive, default=30.0, metavar="S",
+                   help="kill a tool that runs longer than this (default 30)")
+    p.add_argument("--controller-cache", type=_seconds, default=30.0, metavar="S",
+                   help="reuse a RAID tool's inventory for this long between discoveries (default"
+                        " 30; 0 asks every time); applying a controller setting always asks again")
 
 
 def _files(p: argparse.ArgumentParser) -> None:
@@ -47,6 +58,13 @@ def _state(p: argparse.ArgumentParser) -> None:
                    help=f"journal and originals (default {DEFAULT_STATE_DIR})")
 
 
+def _ram_share(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stripe-cache-ram-share", type=_share, default=stripecache.DEFAULT_RAM_SHARE,
+                   metavar="FRACTION",
+                   help="refuse an md stripe_cache_size costing more than this share of the host's"
+                        f" RAM, 0 < FRACTION <= 1 (default {stripecache.DEFAULT_RAM_SHARE})")
+
+
 def _output(p: argparse.ArgumentParser, choices: Sequence[str], default: str) -> None:
     p.add_argument("-o", "--output", choices=choices, default=default)
 
@@ -58,25 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    p = sub.add_parser("topology", help="discover the block-device topology")
+    p = sub.add_parser("topology", help="discover the block-device topology (and its layout checks)")
     _roots(p)
     _output(p, ("json", "yaml", "table"), "table")
+    _ram_share(p)
 
     p = sub.add_parser("explain", help="which rule wins for each device, and why others did not")
     _roots(p)
     _files(p)
     p.add_argument("--all", action="store_true", help="also devices no rule matched")
+    _ram_share(p)
 
     p = sub.add_parser("plan", help="dry run: the ordered changes and restorations (exit 2 when any)")
     _roots(p)
     _files(p)
     _state(p)
+    _ram_share(p)
     _output(p, ("json", "yaml", "table"), "table")
 
     p = sub.add_parser("apply", help="apply transactionally: journal, write, verify, roll back")
     _roots(p)
     _files(p)
     _state(p)
+    _ram_share(p)
     _output(p, ("json", "yaml", "table"), "table")
 
     p = sub.add_parser("restore", help="put every changed setting back to its recorded original")
@@ -87,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("udev-rules", help="export the resolved settings as udev rules")
     _roots(p)
     _files(p)
+    _ram_share(p)
 
     p = sub.add_parser("serve", help="keep the last desired state applied (boot, hot-plug);"
                                      " with --listen/--server, also serve the control plane")
@@ -95,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rescan-interval", type=float, default=30.0,
                    help="seconds between rescans when udev events are unavailable")
     p.add_argument("--once", action="store_true", help="recover, re-apply and exit")
+    _ram_share(p)
     p.add_argument("--server", metavar="URL",
                    help="control plane base URL (http://host:port): register and heartbeat")
     p.add_argument("--listen", metavar="ADDR",
@@ -111,9 +135,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-file", metavar="FILE",
                    help="the control plane's bootstrap token for agents (its STATE_DIR/"
                         f"agent-bootstrap.token); default ${AGENT_TOKEN_ENV}")
-    p.add_argument("--tool-path", metavar="DIRS",
-                   help="':'-separated directories where diagnostics find lsblk, smartctl ..."
-                        " (default: $PATH, the sbin directories and /opt/MegaRAID)")
     bench_args.add_bench_dirs(p)
     tls = p.add_argument_group(
         "mutual TLS", "The agent API accepts only the control plane's certificate. With --server the "
@@ -135,13 +156,27 @@ def build_parser() -> argparse.ArgumentParser:
                         " bundle's token mapping goes to FILE.mapping.json")
     p.add_argument("--no-redact", action="store_true",
                    help="keep hostnames, IP/MAC addresses, serials and WWNs in clear (admins only)")
+
+    p = sub.add_parser("controllers", help="hardware RAID controllers as their vendor tools report them"
+                                           " (storcli64, perccli64, ssacli, arcconf; read-only);"
+                                           " exit 1 when one could not be read")
+    _output(p, ("json", "yaml", "table"), "table")
     p.add_argument("--tool-path", metavar="DIRS",
-                   help="':'-separated directories to find lsblk, smartctl, storcli ... in"
+                   help="':'-separated directories to find the vendor tools in"
                         " (default: $PATH, the sbin directories and /opt/MegaRAID)")
     p.add_argument("--tool-timeout", type=_positive, default=30.0, metavar="S",
                    help="kill a tool that runs longer than this (default 30)")
 
     bench_args.add_parser(sub, _roots, _state)
+
+    p = sub.add_parser("analyze", help="where the limit is: each device's layers with their ceilings"
+                                       " and sources, then its layout checks")
+    _roots(p)
+    # Probe ceilings (STATE_DIR/probes/measured.json) replace the class estimates of the
+    # disks they measured; none stored: estimates and negotiated link rates only.
+    _state(p)
+    _ram_share(p)
+    _output(p, ("json", "table"), "table")
 
     p = sub.add_parser("tune", help="run a TuningExperiment here: vary settings, benchmark each"
                                     " point against the noise, recommend a profile")
@@ -153,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-out", metavar="FILE",
                    help="write the recommended StorageProfile (YAML) to FILE")
     _state(p)
+    _ram_share(p)
     _output(p, ("table", "json"), "table")
     return parser
 
@@ -191,22 +227,60 @@ def _positive(text: str) -> float:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 0 to 86400 seconds")
+    return value
+
+
+def _share(text: str) -> float:
+    try:
+        return stripecache.parse_ram_share(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _fs(args: argparse.Namespace) -> KernelFS:
-    return KernelFS.at(args.sysfs, args.procfs)
+    from stortune.agent.controllers.access import ControllerAccess
+    from stortune.agent.tools import ToolRunner
+
+    tools = ToolRunner(args.tool_path, timeout=args.tool_timeout)
+    return KernelFS.at(args.sysfs, args.procfs,
+                       controllers=ControllerAccess(tools, ttl=args.controller_cache))
 
 
 def _topology(args: argparse.Namespace) -> int:
     topo = local.discover(_fs(args))
     if args.output == "table":
         render.topology_table(topo)
+        from stortune.schemas.analysis.checks import layout_checks  # the listing only
+
+        render.checks_table(layout_checks(topo, ram_share=args.stripe_cache_ram_share))
     else:
         render.dump(topo.model_dump(mode="json", exclude_none=False), args.output)
     return EXIT_OK
 
 
+def _analyze(args: argparse.Namespace) -> int:
+    from stortune.agent.probe.store import load_measured
+    from stortune.schemas.analysis.host import host_analysis
+
+    analysis = host_analysis(local.discover(_fs(args)), measured=load_measured(Path(args.state_dir)),
+                             ram_share=args.stripe_cache_ram_share)
+    if args.output == "table":
+        render.analysis_table(analysis)
+    else:
+        render.dump(analysis.model_dump(mode="json"), args.output)
+    return EXIT_OK
+
+
 def _explain(args: argparse.Namespace) -> int:
     profiles = local.read_profiles(args.file)
-    plan = local.plan(_fs(args), profiles).plan
+    plan = local.plan(_fs(args), profiles, ram_share=args.stripe_cache_ram_share).plan
     render.explain_table(plan, verbose=args.all)
     return EXIT_OK
 
@@ -214,7 +288,7 @@ def _explain(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     profiles = local.read_profiles(args.file)
     # The state directory's originals say what apply would put back (settings no longer given).
-    plan = local.plan(_fs(args), profiles, Path(args.state_dir)).plan
+    plan = local.plan(_fs(args), profiles, Path(args.state_dir), ram_share=args.stripe_cache_ram_share).plan
     if args.output == "table":
         render.plan_table(plan)
     else:
@@ -237,7 +311,8 @@ def _report(report: local.Report, fmt: str) -> int:
 
 def _apply(args: argparse.Namespace) -> int:
     profiles = local.read_profiles(args.file)
-    return _report(local.apply(_fs(args), profiles, Path(args.state_dir)), args.output)
+    return _report(local.apply(_fs(args), profiles, Path(args.state_dir),
+                               ram_share=args.stripe_cache_ram_share), args.output)
 
 
 def _restore(args: argparse.Namespace) -> int:
@@ -248,7 +323,7 @@ def _udev(args: argparse.Namespace) -> int:
     from stortune.agent import udev
 
     profiles = local.read_profiles(args.file)
-    planned = local.plan(_fs(args), profiles)
+    planned = local.plan(_fs(args), profiles, ram_share=args.stripe_cache_ram_share)
     sys.stdout.write(udev.render(profiles, planned.topology, planned.plan))
     return EXIT_OK
 
@@ -258,7 +333,8 @@ def _serve(args: argparse.Namespace) -> int:
     if not managed:
         from stortune.agent import daemon
 
-        return daemon.run(_fs(args), Path(args.state_dir), args.rescan_interval, once=args.once)
+        return daemon.run(_fs(args), Path(args.state_dir), args.rescan_interval, once=args.once,
+                          ram_share=args.stripe_cache_ram_share)
     if args.once:
         raise local.AgentError("--once re-applies and exits; it cannot be combined with"
                                " --listen/--server")
@@ -284,6 +360,7 @@ def _serve(args: argparse.Namespace) -> int:
         heartbeat=args.heartbeat, advertise=args.advertise, rescan_interval=args.rescan_interval,
         token=token, tool_path=args.tool_path, insecure=args.insecure, tls_files=_tls_files(args),
         control_plane_name=args.control_plane_name, bench_dirs=tuple(args.bench_dir),
+        stripe_cache_ram_share=args.stripe_cache_ram_share,
     )
     return serve.run(_fs(args), Path(args.state_dir), options)
 
@@ -329,15 +406,47 @@ def _diag(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _controllers(args: argparse.Namespace) -> int:
+    from stortune.agent.controllers.base import MAX_TOOL_OUTPUT
+    from stortune.agent.controllers.discover import discover_controllers
+    from stortune.agent.tools import ToolRunner
+
+    inv = discover_controllers(ToolRunner(args.tool_path, timeout=args.tool_timeout,
+                                          max_output=MAX_TOOL_OUTPUT))
+    if args.output == "table":
+        from stortune.agent.controllers.listing import inventory_table
+
+        inventory_table(inv)
+    else:
+        render.dump(inv.model_dump(mode="json"), args.output)
+    return EXIT_ERROR if inv.errors else EXIT_OK
+
+
 COMMANDS = {
     "topology": _topology, "explain": _explain, "plan": _plan, "apply": _apply,
     "restore": _restore, "udev-rules": _udev, "serve": _serve, "diag": _diag,
-    "bench": _bench, "tune": _tune,
+    "bench": _bench, "tune": _tune, "analyze": _analyze, "controllers": _controllers,
 }
+
+
+def _lean(command: str) -> None:
+    """``serve`` is the process that stays resident on every host: run it as ``python -OO -X
+    no_debug_ranges`` (no docstrings, no asserts, no column tables in code objects), about
+    0.9 MiB less idle RSS. The agent's asserts only narrow types, and nothing it runs reads a
+    docstring. Only when started as a program: an in-process call (tests) is never replaced."""
+    if command != "serve" or sys.flags.optimize >= 2 or not sys.executable:
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-OO", "-X", "no_debug_ranges", "-m",  # noqa: S606 - itself
+                              "stortune.agent.cli",
+                              *sys.argv[1:]])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is None:
+        _lean(args.command)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:

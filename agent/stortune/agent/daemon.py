@@ -28,6 +28,7 @@ from typing import Protocol
 from stortune.agent import local
 from stortune.agent.journal import HostBusyError
 from stortune.agent.kernelfs import KernelFS
+from stortune.schemas import stripecache
 
 log = logging.getLogger("stortune.agent.daemon")
 
@@ -116,12 +117,13 @@ def make_waiter(fs: KernelFS, stop: threading.Event) -> Waiter:
     return _Sleeper(stop)
 
 
-def converge(fs: KernelFS, state_dir: Path) -> local.Report | None:
+def converge(fs: KernelFS, state_dir: Path, *,
+             ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> local.Report | None:
     """One pass: re-apply the stored desired state if there is one."""
     desired = local.saved_desired(state_dir)
     if desired is None:
         return None
-    report = local.converge(fs, desired.profiles, state_dir, desired.generations)
+    report = local.converge(fs, desired.profiles, state_dir, desired.generations, ram_share=ram_share)
     changed = [r for r in report.rows if r.status == "applied"]
     if not report.ok:
         log.error("re-apply failed: %s", "; ".join(report.messages))
@@ -132,14 +134,15 @@ def converge(fs: KernelFS, state_dir: Path) -> local.Report | None:
 
 
 def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
-        stop: threading.Event | None = None) -> int:
+        stop: threading.Event | None = None,
+        ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> int:
     stop = stop or threading.Event()
     retry = False
     try:
-        recovered = local.recover(fs, state_dir)
+        recovered = local.recover(fs, state_dir, ram_share=ram_share)
         if recovered:
             log.warning("finished what an interruption left: %s", recovered)
-        report = converge(fs, state_dir)
+        report = converge(fs, state_dir, ram_share=ram_share)
     except HostBusyError as exc:
         if once:
             raise
@@ -168,7 +171,7 @@ def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
                 log.info("device graph changed (%s -> %s): converging", last, current)
                 last = current
                 try:
-                    converge(fs, state_dir)
+                    converge(fs, state_dir, ram_share=ram_share)
                     retry = False
                 except HostBusyError as exc:
                     # Nothing changes under a benchmark or an experiment; the next rescan tries again.

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -34,6 +35,9 @@ from stortune.agent import procfs
 from stortune.agent.kernelfs import KernelFS, UnsafePathError, check_device_name
 from stortune.agent.tunables import read_device, read_host
 from stortune.schemas.topology import (
+    MAX_DEVICES,
+    TEXT_MAX,
+    U64_MAX,
     Device,
     DeviceKind,
     DmInfo,
@@ -41,6 +45,7 @@ from stortune.schemas.topology import (
     MdMember,
     Mount,
     PartitionInfo,
+    PciLink,
     Role,
     ScsiHost,
     Topology,
@@ -55,6 +60,13 @@ _SKIP = re.compile(r"^(ram\d+|sr\d+|fd\d+|nvme\d+c\d+n\d+)$")
 _UNATTACHED_WHEN_EMPTY = ("loop", "nbd")
 _HCTL = re.compile(r"^\d+:\d+:\d+:\d+$")
 _SCSI_HOST = re.compile(r"/(host\d+)/")
+# PCI function directories: 0000:04:00.1 (domain:bus:device.function)
+_PCI_ADDRESS = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_ATA_PORT = re.compile(r"/ata(\d+)/")
+_NVME_CTRL = re.compile(r"/nvme/(nvme\d+)/")
+# VPD page B1 (Block Device Characteristics): bytes 4-5, MEDIUM ROTATION RATE
+_VPD_B1_NON_ROTATING = 1
+_VPD_B1_RPM_MIN, _VPD_B1_RPM_MAX = 0x0401, 0xFFFE
 _DIGITS = re.compile(r"(\d+)")
 _LETTER_NAMED = re.compile(r"^(sd|vd|xvd|hd)([a-z]+)(.*)$")
 _KIND_ORDER = {kind: i for i, kind in enumerate(DeviceKind)}
@@ -68,8 +80,12 @@ _HOLDER_ROLES = {"multipath": Role.MPATH_PATH, "lvm": Role.LVM_PV, "crypt": Role
 
 
 def discover(fs: KernelFS) -> Topology:
-    """The block devices, their relations, mounts and tunables, as the kernel shows them now."""
-    return _Discovery(fs).run()
+    """The block devices, their relations, mounts and tunables, as the kernel shows them now;
+    with a controller seam (``fs.controllers``), the RAID volumes behind the disks too."""
+    topology = _Discovery(fs).run()
+    if fs.controllers is not None:
+        fs.controllers.attach(topology)
+    return topology
 
 
 def device_id(fs: KernelFS, name: str) -> str | None:
@@ -93,25 +109,42 @@ def device_id(fs: KernelFS, name: str) -> str | None:
 
 
 def _text(raw: str | None) -> str | None:
-    """Attribute text without padding; empty means the kernel has nothing to say."""
+    """Attribute text without padding; empty means the kernel has nothing to say, and
+    more than a sysfs page (TEXT_MAX) is no attribute: the control plane would refuse it."""
     if raw is None:
         return None
     text = raw.strip()
-    return text or None
+    return text if text and len(text) <= TEXT_MAX else None
 
 
-def _int(raw: str | None) -> int | None:
+_INT = re.compile(r"-?[0-9]{1,20}", re.ASCII)
+
+
+def _int(raw: str | None, low: int = 0, high: int = U64_MAX) -> int | None:
+    """The first word as an integer in [low, high], else None: a number no kernel writes
+    ("-8" bytes, 30 digits, "²", "1_000") is unknown, not a topology the server refuses."""
     if raw is None:
         return None
-    try:
-        return int(raw.split()[0])
-    except (ValueError, IndexError):
+    words = raw.split(maxsplit=1)
+    if not words or not _INT.fullmatch(words[0]):
         return None
+    value = int(words[0])
+    return value if low <= value <= high else None
 
 
 def _bool(raw: str | None) -> bool | None:
     value = _int(raw)
     return None if value is None else value != 0
+
+
+def _rotation_rpm(page: bytes | None) -> int | None:
+    """MEDIUM ROTATION RATE of VPD page B1: 1 = not rotating, 0x0401-0xFFFE rpm, else unknown."""
+    if page is None or len(page) < 6 or page[1] != 0xB1:
+        return None
+    rate = int.from_bytes(page[4:6], "big")
+    if rate == _VPD_B1_NON_ROTATING or _VPD_B1_RPM_MIN <= rate <= _VPD_B1_RPM_MAX:
+        return rate
+    return None  # 0: not reported; 2-0x400 and 0xFFFF: reserved
 
 
 def _id_text(value: str) -> str:
@@ -196,10 +229,19 @@ class _HostFacts:
     fc: bool
     iscsi: bool
     sas: bool
+    pci: PciLink | None = None
 
     def model(self, name: str) -> ScsiHost:
         return ScsiHost(name=name, driver=self.driver, fc_speed=self.fc_speed,
-                        fc_port_name=self.fc_port_name, fc_port_state=self.fc_port_state)
+                        fc_port_name=self.fc_port_name, fc_port_state=self.fc_port_state,
+                        pci=self.pci)  # shared: the topology is read-only data
+
+
+@dataclass(frozen=True)
+class _Link:
+    kind: Literal["sas-phy", "ata-link"]
+    name: str
+    rate: str | None
 
 
 @dataclass
@@ -218,6 +260,9 @@ class _Discovery:
         self.sys = os.path.normpath(str(fs.sysfs))
         self.warnings: list[str] = []
         self._hosts: dict[str, _HostFacts] = {}
+        # read once per PCI function / SAS port / ATA link: many disks share one
+        self._pci: dict[str, PciLink | None] = {}
+        self._links: dict[str, _Link | None] = {}
         self._proc_partitions: dict[str, procfs.PartitionEntry] | None = None
         self._mdstat: dict[str, procfs.MdStatArray] | None = None
 
@@ -266,8 +311,13 @@ class _Discovery:
             kernel=self.read(f"{self.fs.procfs}/sys/kernel/osrelease"),
             devices=[n.dev for n in nodes],
             host_tunables=read_host(self.fs),
+            memory_bytes=self.memory_bytes(),
             warnings=self.warnings,
         )
+
+    def memory_bytes(self) -> int | None:
+        text = self.fs.read_table("meminfo")
+        return None if text is None else procfs.parse_meminfo_total(text)
 
     # -- enumeration ---------------------------------------------------------
     @staticmethod
@@ -338,7 +388,7 @@ class _Discovery:
             return None
         number = _int(self.read(f"{path}/partition"))
         kind = DeviceKind.PARTITION if number is not None else self.kind(name)
-        size = _int(self.read(f"{path}/size"))
+        size = _int(self.read(f"{path}/size"), high=U64_MAX // 512)
         if size == 0 and name.startswith(_UNATTACHED_WHEN_EMPTY):
             return None
         self.dirs[name] = Path(path)
@@ -350,6 +400,9 @@ class _Discovery:
         dev.read_only = _bool(self.read(f"{path}/ro"))
         dev.removable = _bool(self.read(f"{path}/removable"))
         dev.holders = self.device_names(f"{path}/holders")
+        offset = _int(self.read(f"{path}/alignment_offset"), low=-1)  # -1: cannot be aligned
+        if offset is not None:  # (a pydantic assignment costs: 1,000+ devices)
+            dev.alignment_offset = offset
         if kind is DeviceKind.PARTITION:
             node.start = _int(self.read(f"{path}/start"))
             return node
@@ -421,7 +474,7 @@ class _Discovery:
             dev.id = f"serial:{_id_text(dev.serial)}"
 
         m = _SCSI_HOST.search(path)
-        host = self.host(m.group(1)) if m else None
+        host = self.host(m.group(1), path[:m.end(1)]) if m else None
         if m and host:
             dev.scsi_host = host.model(m.group(1))
             dev.driver = host.driver
@@ -429,6 +482,81 @@ class _Discovery:
             dev.driver = (self.link_name(f"{device}/driver")
                           or self.link_name(f"{device}/device/driver"))
         dev.transport = self.transport(dev.name, path, host, dev.scsi_address)
+        if dev.scsi_address is not None:
+            rpm = _rotation_rpm(self.fs.read_bytes(f"{device}/vpd_pgb1"))
+            if rpm is not None:
+                dev.rotation_rpm = rpm
+            wire = self.disk_link(path, dev.scsi_address)
+            if wire is not None:
+                dev.link_kind, dev.link_name, dev.link_rate = wire.kind, wire.name, wire.rate
+        elif dev.transport == "nvme":
+            ctrl = _NVME_CTRL.search(path)
+            pci = self.pci_above(path[:ctrl.start()]) if ctrl else None
+            if pci is not None:
+                dev.pci = pci
+
+    def pci_above(self, path: str) -> PciLink | None:
+        """The nearest PCI function directory at or above ``path``, with its PCIe link."""
+        cut = path
+        while cut.startswith(self.sys + "/devices/"):
+            base = cut.rsplit("/", 1)[-1]
+            if _PCI_ADDRESS.match(base):
+                return self.pci_link(cut, base)
+            cut = cut.rsplit("/", 1)[0]
+        return None
+
+    def pci_link(self, directory: str, address: str) -> PciLink | None:
+        if directory in self._pci:
+            return self._pci[directory]
+        # Conventional PCI and root-complex integrated functions have no link attributes
+        # (or "Unknown" and width 0): the address is still worth knowing.
+        link = PciLink(
+            address=address,
+            current_link_speed=self.read(f"{directory}/current_link_speed"),
+            current_link_width=_int(self.read(f"{directory}/current_link_width"), high=MAX_DEVICES),
+            max_link_speed=self.read(f"{directory}/max_link_speed"),
+            max_link_width=_int(self.read(f"{directory}/max_link_width"), high=MAX_DEVICES),
+        )
+        self._pci[directory] = link
+        return link
+
+    def disk_link(self, path: str, hctl: str) -> _Link | None:
+        """The SAS phy or ATA link a SCSI disk hangs on, read once per port or link."""
+        end = path.rfind("/end_device-")
+        if end >= 0:
+            port = path[:end]  # .../host0/port-0:0 (or an expander's port-0:0:12)
+            if port.rsplit("/", 1)[-1].startswith("port-"):
+                return self.cached_link(port, self.sas_phy)
+            return None
+        m = _ATA_PORT.search(path)
+        if m is None:
+            return None
+        # behind a port multiplier libata puts the PMP link number in the SCSI channel
+        channel = hctl.split(":")[1]
+        ata = path[:m.end() - 1]
+        return self.cached_link(f"{ata}\0{m.group(1)}\0{channel}", self.ata_link)
+
+    def cached_link(self, key: str, read: Callable[[str], _Link | None]) -> _Link | None:
+        if key not in self._links:
+            self._links[key] = read(key)
+        return self._links[key]
+
+    def sas_phy(self, port: str) -> _Link | None:
+        phys = [e for e in self.listdir(port) if e.startswith("phy-")]
+        if not phys:
+            return None
+        phy = phys[0]  # a disk's port is narrow: one phy
+        rate = (self.read(f"{self.sys}/class/sas_phy/{phy}/negotiated_linkrate")
+                or self.read(f"{port}/{phy}/sas_phy/{phy}/negotiated_linkrate"))
+        return _Link("sas-phy", phy, rate)
+
+    def ata_link(self, key: str) -> _Link | None:
+        ata, port, channel = key.split("\0")
+        for name in (f"link{port}.{channel}", f"link{port}"):
+            rate = self.read(f"{ata}/{name}/ata_link/{name}/sata_spd")
+            if rate is not None:
+                return _Link("ata-link", name, rate)
+        return None
 
     @staticmethod
     def transport(name: str, path: str, host: _HostFacts | None,
@@ -452,7 +580,7 @@ class _Discovery:
             return "scsi"
         return None
 
-    def host(self, name: str) -> _HostFacts:
+    def host(self, name: str, directory: str) -> _HostFacts:
         """Per SCSI host facts, read once: 1,000 LUN paths share two HBA ports."""
         cached = self._hosts.get(name)
         if cached is not None:
@@ -467,6 +595,7 @@ class _Discovery:
             fc=os.path.isdir(fc_dir),
             iscsi=os.path.isdir(f"{self.sys}/class/iscsi_host/{name}"),
             sas=os.path.isdir(f"{self.sys}/class/sas_host/{name}"),
+            pci=self.pci_above(directory),
         )
         self._hosts[name] = facts
         return facts
@@ -476,13 +605,19 @@ class _Discovery:
         info = MdInfo(
             level=self.read(f"{md}/level"),
             chunk_bytes=_int(self.read(f"{md}/chunk_size")),
-            raid_disks=_int(self.read(f"{md}/raid_disks")),
-            degraded=_int(self.read(f"{md}/degraded")),
+            raid_disks=_int(self.read(f"{md}/raid_disks"), high=MAX_DEVICES),
+            degraded=_int(self.read(f"{md}/degraded"), high=MAX_DEVICES),
             sync_action=self.read(f"{md}/sync_action"),
             array_state=self.read(f"{md}/array_state"),
             metadata_version=self.read(f"{md}/metadata_version"),
             uuid=self.read(f"{md}/uuid"),  # since Linux 5.7
+            sync_completed=self.read(f"{md}/sync_completed"),
+            # "200000 (system)": the effective figure, then whose it is
+            sync_speed_min_kib=_int(self.read(f"{md}/sync_speed_min")),
+            sync_speed_max_kib=_int(self.read(f"{md}/sync_speed_max")),
         )
+        component_kib = _int(self.read(f"{md}/component_size"), high=U64_MAX // 1024)
+        info.component_bytes = None if component_kib is None else component_kib * 1024
         members: list[MdMember] = []
         try:
             with os.scandir(md) as it:
@@ -497,7 +632,7 @@ class _Discovery:
             state = self.read(f"{member}/state")
             members.append(MdMember(
                 device=device,
-                slot=_int(self.read(f"{member}/slot")),  # "none" for spares -> None
+                slot=_int(self.read(f"{member}/slot"), high=MAX_DEVICES),  # "none" for spares -> None
                 state=state.split(",") if state else [],
                 errors=_int(self.read(f"{member}/errors")),
             ))
@@ -616,6 +751,12 @@ class _Discovery:
         if dev.kind is DeviceKind.PARTITION:
             roles.add(Role.PARTITION)
             self.partition(node, by_name, md_chunk)
+        # The queue (scheduler, nr_requests) an md member partition runs on is its disk's: a
+        # profile selects that disk by this role (role md-member selects the partitions).
+        if any((part := by_name.get(p)) is not None and any(
+                (upper := by_name.get(h)) is not None and upper.dev.md is not None
+                for h in part.dev.holders) for p in dev.partitions):
+            roles.add(Role.MD_MEMBER_DISK)
         dev.roles = sorted(roles, key=_ROLE_ORDER.__getitem__)
         try:
             dev.tunables = read_device(self.fs, dev.name, dev.kind, self.dirs.get(dev.name))

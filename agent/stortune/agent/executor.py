@@ -6,7 +6,8 @@ leaves the host either as it was or as planned, never in between:
 1. the value the tunable had before stortune first touched it is stored
    (``journal.record_original``; never replaced once stored);
 2. an intent naming the value before this write is journaled and fsynced;
-3. the value is written through ``KernelFS`` and read back;
+3. the value is written through ``KernelFS`` (a controller tunable through the vendor tool
+   of ``KernelFS.controllers``) and read back;
 4. a "done" record is journaled.
 
 A failed write or read-back rolls back every change of the same apply; after
@@ -201,7 +202,7 @@ def _resolve(changes: Iterable[Change]) -> tuple[list[_Target], list[str]]:
             continue
         if tunable.scope == "host" and c.device != HOST_TARGET:
             problems.append(f"{where}: a host-wide tunable must target {HOST_TARGET!r}")
-        elif tunable.scope == "device":
+        elif tunable.scope in ("device", "controller"):
             try:
                 check_device_name(c.device)
             except UnsafePathError as exc:
@@ -217,6 +218,10 @@ def _resolve(changes: Iterable[Change]) -> tuple[list[_Target], list[str]]:
 
 
 def _state(fs: KernelFS, target: _Target) -> TunableState:
+    if target.tunable.scope == "controller":
+        if fs.controllers is None:
+            return TunableState(supported=False, reason="no RAID controller tools configured")
+        return fs.controllers.read(fs, target.tunable, target.device)
     try:
         return read_state(fs, target.tunable, target.dev)
     except UnsafePathError as exc:
@@ -233,6 +238,8 @@ def _unreadable(state: TunableState) -> str:
 
 def _write(fs: KernelFS, target: _Target, value: Value) -> tuple[Value | None, str | None]:
     """Write and read back: (observed, None) when verified, else (observed, why not)."""
+    if target.tunable.scope == "controller":
+        return _write_controller(fs, target, value)
     try:
         fs.write_tunable(target.tunable, target.dev, target.tunable.format(value))
     except KernelWriteError as exc:
@@ -240,6 +247,21 @@ def _write(fs: KernelFS, target: _Target, value: Value) -> tuple[Value | None, s
         return _observe(fs, target), f"write failed: {exc.strerror} ({code})"
     except UnsafePathError as exc:
         return None, f"write refused: {exc}"
+    observed = _observe(fs, target)
+    if not target.tunable.same(observed, value):
+        return observed, f"read back {observed!r}, expected {value!r}"
+    return observed, None
+
+
+def _write_controller(fs: KernelFS, target: _Target, value: Value) -> tuple[Value | None, str | None]:
+    from stortune.agent.controllers.access import ControllerWriteError
+
+    if fs.controllers is None:
+        return None, "write refused: no RAID controller tools configured"
+    try:
+        fs.controllers.write(fs, target.tunable, target.device, target.tunable.format(value))
+    except ControllerWriteError as exc:
+        return _observe(fs, target), f"write failed: {exc}"
     observed = _observe(fs, target)
     if not target.tunable.same(observed, value):
         return observed, f"read back {observed!r}, expected {value!r}"
@@ -668,13 +690,17 @@ def _recover_locked(fs: KernelFS, state_dir: Path, identity: _Identity) -> Recov
             report.messages.append(f"{what} had finished ({p.outcome}); archived its journal")
             continue
         tx = p.resume()
-        if p.boot_id and boot and p.boot_id != boot:
-            why = "the host rebooted since, which reset the kernel's values; nothing to undo"
-            tx.end("abandoned", reason=why)
-            tx.close()
-            report.messages.append(f"{what} was interrupted; {why}")
-            continue
         items, unknown = _first_befores(p.intents)
+        if p.boot_id and boot and p.boot_id != boot:
+            # A reboot reset the kernel's values, not the RAID controllers': those are still
+            # to be put back.
+            items = [i for i in items if i.target.tunable.scope == "controller"]
+            if not items:
+                why = "the host rebooted since, which reset the kernel's values; nothing to undo"
+                tx.end("abandoned", reason=why)
+                tx.close()
+                report.messages.append(f"{what} was interrupted; {why}")
+                continue
         results = _put_back(fs, items, identity)
         ok = not unknown and all(r.status in ("restored", "vanished") for r in results)
         tx.end("recovered", ok=ok, results=[r.model_dump(mode="json") for r in results])

@@ -12,11 +12,18 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stortune.schemas.catalog import Tunable
 from stortune.schemas.topology import is_device_name
+
+if TYPE_CHECKING:
+    from stortune.agent.controllers.access import ControllerAccess
+
+TABLE_MAX = 64 << 20  # bytes of one procfs table read whole
 
 
 class UnsafePathError(ValueError):
@@ -45,43 +52,110 @@ class KernelFS:
     sysfs: Path
     procfs: Path
     dev: Path = Path("/dev")
+    #: The other seam a host's settings live behind: its RAID controllers' vendor tools.
+    #: Carried here so every operation that gets the kernel gets the controllers too.
+    controllers: ControllerAccess | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def at(cls, sysfs: str | Path = "/sys", procfs: str | Path = "/proc",
-           dev: str | Path = "/dev") -> KernelFS:
-        return cls(Path(sysfs), Path(procfs), Path(dev))
+           dev: str | Path = "/dev", controllers: ControllerAccess | None = None) -> KernelFS:
+        return cls(Path(sysfs), Path(procfs), Path(dev), controllers)
 
     def device_node(self, name: str) -> Path:
         """The device node of a kernel name: ``cciss!c0d0`` lives at ``<dev>/cciss/c0d0``."""
         return self.dev / check_device_name(name).replace("!", "/")
 
     # -- reads (never raise for a missing attribute) ----------------------
-    def read(self, path: Path | str) -> str | None:
-        """Text of an attribute, or None when absent or unreadable on this kernel.
+    @cached_property
+    def _roots(self) -> tuple[tuple[str, ...], frozenset[int]]:
+        """The real root paths, and the filesystems mounted right at a root (/sys, /proc):
+        every file on one of those lies under its root, by st_dev, without a readlink."""
+        prefixes: list[str] = []
+        mounted: set[int] = set()
+        for root in (self.sysfs, self.procfs):
+            real = os.path.realpath(root)
+            prefixes.append(os.path.join(real, ""))
+            try:
+                dev = os.stat(real).st_dev
+                if real != "/" and dev != os.stat(os.path.dirname(real)).st_dev:
+                    mounted.add(dev)
+            except OSError:
+                continue
+        return tuple(prefixes), frozenset(mounted)
 
-        One os.open/os.read: sysfs renders an attribute whole and hands it over
-        in the first read, and discovery reads tens of thousands of them.
+    def _open_attribute(self, path: Path | str) -> int | None:
+        """A read-only descriptor of a regular file inside the roots, else None.
+
+        O_NONBLOCK: a FIFO in a hand-made tree would block open() until a writer came.
+        Only regular files: sysfs and procfs attributes are; a FIFO, device node or
+        directory is nothing discovery can report. The file the descriptor names must
+        lie under the sysfs or procfs root: a link out of the tree is not followed
+        (checked on the open file, so no lstat walk per path component).
         """
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
         except OSError:
             return None
         try:
-            data = os.read(fd, 65536)
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode) and self._inside(fd, st.st_dev, path):
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+        return None
+
+    def _inside(self, fd: int, dev: int, path: Path | str) -> bool:
+        prefixes, mounted = self._roots
+        if dev in mounted:
+            return True
+        try:
+            real = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            real = os.path.realpath(path)
+        return real.startswith(prefixes)
+
+    def read(self, path: Path | str) -> str | None:
+        """Text of an attribute, or None when absent or unreadable on this kernel.
+
+        One os.read of at most 64 KiB: sysfs renders an attribute whole and hands it
+        over in the first read, and discovery reads tens of thousands of them.
+        """
+        data = self.read_bytes(path)
+        return None if data is None else data.decode("utf-8", "replace")
+
+    def read_bytes(self, path: Path | str) -> bytes | None:
+        """A binary attribute (a VPD page) as the kernel hands it over, or None."""
+        fd = self._open_attribute(path)
+        if fd is None:
+            return None
+        try:
+            return os.read(fd, 65536)
         except OSError:
             return None
         finally:
             os.close(fd)
-        return data.decode("utf-8", "replace")
 
     def read_table(self, rel: str) -> str | None:
         """A whole procfs table (mountinfo, mdstat): seq_file hands those out a
-        page per read, and a busy host's mountinfo is larger than 64 KiB."""
+        page per read, and a busy host's mountinfo is larger than 64 KiB. None above
+        TABLE_MAX: 100,000 mounts are 15 MB, and a table without end is no table."""
+        fd = self._open_attribute(self.procfs / rel)
+        if fd is None:
+            return None
+        chunks: list[bytes] = []
+        size = 0
         try:
-            with open(self.procfs / rel, "rb") as fh:
-                return fh.read().decode("utf-8", "replace")
+            while chunk := os.read(fd, 1 << 20):
+                size += len(chunk)
+                if size > TABLE_MAX:
+                    return None
+                chunks.append(chunk)
         except OSError:
             return None
+        finally:
+            os.close(fd)
+        return b"".join(chunks).decode("utf-8", "replace")
 
     def read_sys(self, rel: str) -> str | None:
         return self.read(self.sysfs / rel)
@@ -102,6 +176,8 @@ class KernelFS:
                      directory: Path | None = None) -> Path:
         """Where a tunable lives; ``directory`` is the device's sysfs directory
         when the caller has already resolved it."""
+        if tunable.scope == "controller":  # a vendor tool's setting: never a file to open
+            raise UnsafePathError(f"{tunable.name} lives in the RAID controller, not in sysfs")
         rel = _check_relative(tunable.path)
         if tunable.scope == "host":
             return self.procfs / rel

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from stortune.agent import discovery, executor, journal, sources
 from stortune.agent.kernelfs import KernelFS
-from stortune.schemas import planner
+from stortune.schemas import planner, stripecache
 from stortune.schemas.documents import DocumentError, parse_profile
 from stortune.schemas.plan import Plan
 from stortune.schemas.profile import StorageProfile
@@ -87,10 +87,13 @@ def discover(fs: KernelFS, state_dir: Path | None = None) -> Topology:
     return _discover(fs, state_dir)[0]
 
 
-def plan(fs: KernelFS, profiles: Sequence[StorageProfile], state_dir: Path | None = None) -> Planned:
-    """Discover and plan; without ``state_dir`` no original is known, so nothing is to be put back."""
+def plan(fs: KernelFS, profiles: Sequence[StorageProfile], state_dir: Path | None = None, *,
+         ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> Planned:
+    """Discover and plan; without ``state_dir`` no original is known, so nothing is to be put back.
+
+    ``ram_share``: a stripe_cache_size costing more of the host's RAM is refused."""
     topo, unplaced = _discover(fs, state_dir)
-    return Planned(topo, planner.plan(profiles, topo), unplaced)
+    return Planned(topo, planner.plan(profiles, topo, stripe_cache_ram_share=ram_share), unplaced)
 
 
 def observed(fs: KernelFS, state_dir: Path | None = None) -> tuple[dict[str, dict[str, TunableState]], str]:
@@ -111,7 +114,8 @@ def host_info(fs: KernelFS) -> dict[str, str]:
     }
 
 
-def recover(fs: KernelFS, state_dir: Path) -> str | None:
+def recover(fs: KernelFS, state_dir: Path, *, ram_share: float = stripecache.DEFAULT_RAM_SHARE
+            ) -> str | None:
     """Finish what a crash left open; what was done, or None.
 
     First a transaction cut short (the journal), then an experiment killed
@@ -124,7 +128,8 @@ def recover(fs: KernelFS, state_dir: Path) -> str | None:
     experiment = journal.abandoned_experiment(state_dir)
     if experiment is not None:
         desired = saved_desired(state_dir)
-        report = _converge(fs, desired.profiles if desired else [], state_dir, remember=False)
+        report = _converge(fs, desired.profiles if desired else [], state_dir, remember=False,
+                           ram_share=ram_share)
         if not report.ok:
             raise AgentError(f"experiment {experiment} was interrupted and putting its settings back"
                              f" failed: {'; '.join(report.messages) or report.title}")
@@ -163,6 +168,7 @@ def converge(
     *,
     overlay: Sequence[StorageProfile] = (),
     remember: bool = True,
+    ram_share: float = stripecache.DEFAULT_RAM_SHARE,
 ) -> Report:
     """Make the host match exactly ``profiles`` (the agent's whole desired state).
 
@@ -176,10 +182,12 @@ def converge(
     ``overlay`` profiles (an experiment's trial values) are applied with
     ``profiles`` but never stored as the desired state: a restart, hot-plug or
     the next converge without them puts everything back. ``remember=False``
-    stores nothing (a converge that only puts things back).
+    stores nothing (a converge that only puts things back). ``ram_share``: a
+    stripe_cache_size costing more of the host's RAM is refused.
     """
-    recover(fs, state_dir)
-    return _converge(fs, profiles, state_dir, generations, overlay=overlay, remember=remember)
+    recover(fs, state_dir, ram_share=ram_share)
+    return _converge(fs, profiles, state_dir, generations, overlay=overlay, remember=remember,
+                     ram_share=ram_share)
 
 
 def _converge(
@@ -190,9 +198,10 @@ def _converge(
     *,
     overlay: Sequence[StorageProfile] = (),
     remember: bool = True,
+    ram_share: float = stripecache.DEFAULT_RAM_SHARE,
 ) -> Report:
     wanted = [*profiles, *overlay]
-    planned = plan(fs, wanted, state_dir)
+    planned = plan(fs, wanted, state_dir, ram_share=ram_share)
     fatal = planned.plan.fatal
     if fatal:
         return Report(
@@ -218,7 +227,7 @@ def _converge(
         if not restored.ok:
             return Report(title="apply failed: could not restore settings no longer wanted",
                           ok=False, rows=rows, messages=messages)
-        planned = plan(fs, wanted, state_dir)
+        planned = plan(fs, wanted, state_dir, ram_share=ram_share)
     result = executor.apply(fs, planned.plan.enforced(), state_dir, identify=_identify(fs))
     rows += _rows(result.results)
     messages += result.messages
@@ -234,8 +243,9 @@ def _converge(
     return Report(title=title, ok=result.ok, rows=rows, messages=messages)
 
 
-def apply(fs: KernelFS, profiles: Sequence[StorageProfile], state_dir: Path) -> Report:
-    return converge(fs, profiles, state_dir)
+def apply(fs: KernelFS, profiles: Sequence[StorageProfile], state_dir: Path, *,
+          ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> Report:
+    return converge(fs, profiles, state_dir, ram_share=ram_share)
 
 
 def restore(fs: KernelFS, state_dir: Path,

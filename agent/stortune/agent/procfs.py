@@ -272,3 +272,24 @@ def parse_diskstats(text: str) -> tuple[dict[str, DiskStat], list[str]]:
             discards=discard[0], discard_ms=discard[1], flushes=flush[0], flush_ms=flush[1],
         )
     return stats, problems
+
+
+#: Far above any machine's RAM (1 EiB), far below what a corrupt line could claim.
+_MEMINFO_MAX_KIB = 1 << 50
+
+
+def parse_meminfo_total(text: str) -> int | None:
+    """MemTotal of /proc/meminfo in bytes (the kernel prints kB meaning KiB); None when absent
+    or not a sane number."""
+    for line in text.splitlines():
+        key, _, rest = line.partition(":")
+        if key.strip() != "MemTotal":
+            continue
+        words = rest.split()
+        number = words[0] if words else ""
+        # isascii: str.isdigit takes "²", which int() refuses
+        if not (number.isascii() and number.isdigit()) or (len(words) > 1 and words[1] != "kB"):
+            return None
+        kib = int(words[0]) if len(words[0]) <= 20 else _MEMINFO_MAX_KIB + 1
+        return kib * 1024 if 0 < kib <= _MEMINFO_MAX_KIB else None
+    return None

@@ -31,11 +31,12 @@ from stortune.agent.journal import StateError, StateLockedError
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import wire
 from stortune.api.agent.wire import BENCHMARK_STATES, BenchmarkProgress, HostInfo
-from stortune.schemas import planner
+from stortune.schemas import planner, stripecache
 from stortune.schemas.documents import DocumentError
 
 if TYPE_CHECKING:
     from stortune.agent.bench.manager import BenchmarkManager
+    from stortune.agent.probe.runner import ProbeManager
     from stortune.schemas.bench.results import RunProgress
 
 log = logging.getLogger("stortune.agent.rpc")
@@ -194,13 +195,17 @@ class AgentService(wire.AgentServiceServicer):
                  bench: BenchmarkManager | None = None,
                  tool_path: str | None = None,
                  bench_dirs: Sequence[Path] = (),
-                 started_unix: int | None = None) -> None:
+                 started_unix: int | None = None,
+                 ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> None:
         self.fs = fs
         self.state_dir = state_dir
+        #: A stripe_cache_size costing more of the host's RAM is refused (--stripe-cache-ram-share).
+        self.ram_share = ram_share
         self.apply_lock = apply_lock or threading.Lock()
         self.benchmarks = benchmarks or BenchmarkRegistry()
         self._bench = bench
         self._bench_lock = threading.Lock()
+        self._probes: ProbeManager | None = None
         #: Where diagnostics look for lsblk, smartctl ... and benchmarks for wipefs
         #: (None: this process's PATH and the sbin directories).
         self.tool_path = tool_path
@@ -231,12 +236,32 @@ class AgentService(wire.AgentServiceServicer):
                                                bench_dirs=self.bench_dirs)
             return self._bench
 
-    def close(self) -> None:
-        """Stop the running benchmark, if any (no fio outlives the agent), and end every watch."""
+    @property
+    def probes(self) -> ProbeManager:
+        """Runs probes; their progress goes to ``benchmarks`` too (WatchBenchmark streams it)."""
         with self._bench_lock:
-            bench = self._bench
+            if self._probes is None:
+                from stortune.agent.probe.runner import ProbeManager
+
+                self._probes = ProbeManager(self.fs, self.state_dir,
+                                            on_progress=progress_sink(self.benchmarks))
+            return self._probes
+
+    def _is_probe(self, run_id: str) -> bool:
+        return run_id.startswith("probe-") and self.probes.knows(run_id)
+
+    def _runs_of(self, run_id: str) -> ProbeManager | BenchmarkManager:
+        """Who runs ``run_id``: Watch- and CancelBenchmark serve probes and benchmarks alike."""
+        return self.probes if self._is_probe(run_id) else self.bench
+
+    def close(self) -> None:
+        """Stop the running benchmark or probe, if any (no fio outlives the agent), and end every watch."""
+        with self._bench_lock:
+            bench, probes = self._bench, self._probes
         if bench is not None:
             bench.close()
+        if probes is not None:
+            probes.close()
         self.benchmarks.close()
 
     @contextlib.contextmanager
@@ -272,7 +297,7 @@ class AgentService(wire.AgentServiceServicer):
     @_status_errors
     def Plan(self, request: wire.PlanRequest, context: grpc.ServicerContext) -> wire.PlanResponse:
         profiles = wire.plan_request_profiles(request)
-        planned = local.plan(self.fs, profiles, self.state_dir)
+        planned = local.plan(self.fs, profiles, self.state_dir, ram_share=self.ram_share)
         return wire.plan_response(self.host(), planned.plan, planned.topology.structure_hash())
 
     @_status_errors
@@ -281,10 +306,11 @@ class AgentService(wire.AgentServiceServicer):
         names = ", ".join(p.metadata.name for p in call.profiles) or "(none)"
         with self._serialised(context):
             log.info("apply %s: profiles %s", call.request_id or "-", names)
-            report = local.converge(self.fs, call.profiles, self.state_dir, call.generations)
+            report = local.converge(self.fs, call.profiles, self.state_dir, call.generations,
+                                    ram_share=self.ram_share)
             # Planned again so the control plane records what is in sync now,
             # what audit profiles would change, and what was skipped.
-            after = local.plan(self.fs, call.profiles, self.state_dir)
+            after = local.plan(self.fs, call.profiles, self.state_dir, ram_share=self.ram_share)
         if not report.ok:
             log.warning("apply %s failed: %s", call.request_id or "-", report.title)
         return wire.apply_response(
@@ -324,7 +350,7 @@ class AgentService(wire.AgentServiceServicer):
         if self.benchmarks.get(run_id) is None:
             # A run from before this process started is only on disk: its stored state ends the watch.
             try:
-                self.benchmarks.publish(wire_progress(self.bench.progress(run_id)))
+                self.benchmarks.publish(wire_progress(self._runs_of(run_id).progress(run_id)))
             except UnknownRunError:
                 context.abort(grpc.StatusCode.NOT_FOUND, f"no benchmark run {run_id!r} on this agent")
         # Wakes the watch as soon as the client cancels or the server stops.
@@ -348,8 +374,9 @@ class AgentService(wire.AgentServiceServicer):
     def CancelBenchmark(self, request: wire.CancelBenchmarkRequest,
                         context: grpc.ServicerContext) -> wire.CancelBenchmarkResponse:
         run_id = wire.cancel_run_id(request)
-        cancelled = self.bench.cancel(run_id)
-        return wire.cancel_response(cancelled, wire_progress(self.bench.progress(run_id)))
+        runs = self._runs_of(run_id)
+        cancelled = runs.cancel(run_id)
+        return wire.cancel_response(cancelled, wire_progress(runs.progress(run_id)))
 
     @_status_errors
     def GetBenchmarkResult(self, request: wire.GetBenchmarkResultRequest,
@@ -376,6 +403,30 @@ class AgentService(wire.AgentServiceServicer):
         except UnknownRunError:
             return wire.forget_response(False)
         return wire.forget_response(True)
+
+    @_status_errors
+    def StartProbe(self, request: wire.StartProbeRequest,
+                   context: grpc.ServicerContext) -> wire.StartProbeResponse:
+        probe_id, device = wire.probe_call(request)
+        if not probe_id.startswith("probe-"):
+            raise wire.WireError("probe_id: must start with 'probe-'")
+        from stortune.agent.probe.members import ProbeDeviceError
+
+        if not self.probes.knows(probe_id):  # a repeated start (a lost answer) does not run twice
+            log.info("probe %s: %s", probe_id, device or "every disk")
+            try:
+                self.probes.start(device, probe_id)
+            except ProbeDeviceError as exc:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return wire.probe_response(self.host(), wire_progress(self.probes.progress(probe_id)))
+
+    @_status_errors
+    def GetProbeResult(self, request: wire.GetProbeResultRequest,
+                       context: grpc.ServicerContext) -> wire.GetProbeResultResponse:
+        probe_id = wire.probe_result_id(request)
+        progress = self.probes.progress(probe_id)
+        result = self.probes.result(probe_id) if progress.finished else None
+        return wire.probe_result_response(self.host(), wire_progress(progress), result)
 
     def CollectDiagnostics(self, request: wire.CollectDiagnosticsRequest,
                            context: grpc.ServicerContext) -> Iterator[wire.DiagnosticsChunkMessage]:

@@ -30,13 +30,14 @@ from types import FrameType
 
 import grpc
 
-from stortune.agent import daemon, hostkey, identity, local, mtls
+from stortune.agent import daemon, heap, hostkey, identity, local, mtls
 from stortune.agent.journal import HostBusyError, StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.registration import Registrar, RegistrationConfig, default_name, host_facts
 from stortune.agent.rpc import AgentService, BenchmarkRegistry, agent_version
 from stortune.api.agent import CONTROL_PLANE_NAME, wire
 from stortune.api.agent.tlsfiles import TLSError, TLSFiles
+from stortune.schemas import stripecache
 from stortune.schemas.topology import Topology
 
 log = logging.getLogger("stortune.agent.serve")
@@ -88,6 +89,8 @@ class ServeOptions:
     tls_files: TLSFiles | None = None
     #: The name the caller's certificate must carry.
     control_plane_name: str = CONTROL_PLANE_NAME
+    #: A stripe_cache_size costing more of the host's RAM is refused.
+    stripe_cache_ram_share: float = stripecache.DEFAULT_RAM_SHARE
 
 
 def _with_port(address: str, port: int) -> str:
@@ -121,7 +124,8 @@ class Agent:
         self.apply_lock = threading.Lock()
         self.service = AgentService(fs, state_dir, apply_lock=self.apply_lock,
                                     benchmarks=self.benchmarks, tool_path=options.tool_path,
-                                    bench_dirs=options.bench_dirs)
+                                    bench_dirs=options.bench_dirs,
+                                    ram_share=options.stripe_cache_ram_share)
         self.registrar: Registrar | None = None
         self.address = ""  # bound HOST:PORT, known after start()
         self._stop = threading.Event()
@@ -206,10 +210,11 @@ class Agent:
     def _converge_at_start(self) -> None:
         with self.apply_lock:
             try:
-                recovered = local.recover(self.fs, self.state_dir)
+                recovered = local.recover(self.fs, self.state_dir,
+                                          ram_share=self.options.stripe_cache_ram_share)
                 if recovered:
                     log.warning("finished what an interruption left: %s", recovered)
-                daemon.converge(self.fs, self.state_dir)
+                daemon.converge(self.fs, self.state_dir, ram_share=self.options.stripe_cache_ram_share)
             except HostBusyError as exc:
                 log.info("re-apply at start postponed: %s", exc)
                 self._retry = True
@@ -300,7 +305,7 @@ class Agent:
                 self._hash = current
                 with self.apply_lock:
                     self._retry = False
-                    daemon.converge(self.fs, self.state_dir)
+                    daemon.converge(self.fs, self.state_dir, ram_share=self.options.stripe_cache_ram_share)
             except HostBusyError as exc:
                 # Settings stay as they are under a benchmark or an experiment; the next rescan tries again.
                 log.info("re-apply postponed: %s", exc)
@@ -350,12 +355,14 @@ def run(fs: KernelFS, state_dir: Path, options: ServeOptions,
         stop: threading.Event | None = None) -> int:
     """Serve until ``stop`` is set or SIGTERM/SIGINT arrives; 0 on a clean stop."""
     stop = stop or threading.Event()
+    heap.limit_arenas()  # before the agent's threads exist: they would each get an arena
     agent = Agent(fs, state_dir, options)
     with _signals(stop):
         try:
             agent.start()
-            while not stop.wait(1.0):
-                pass
+            heap.trim()  # what discovery, enrolment and the first apply freed
+            while not stop.wait(heap.TRIM_INTERVAL_S):
+                heap.trim()
         finally:
             agent.stop()
     return 0

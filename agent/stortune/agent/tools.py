@@ -7,6 +7,10 @@ timeout and what it printed so far is kept; one stuck in uninterruptible I/O
 (a dying disk) cannot be killed at all, so it is abandoned rather than waited
 for. Output past ``max_output`` bytes is dropped: a runaway tool must not
 exhaust the agent's memory.
+
+Every tool runs in a private working directory (a fresh temporary one per run unless the
+caller names one): vendor tools drop files where they stand (arcconf writes ``UcliEvt.log``
+on every call), and the agent's own directory is not theirs to litter.
 """
 
 from __future__ import annotations
@@ -87,7 +91,8 @@ class ToolRunner:
     """Finds executables on ``search_path`` (default: ``default_search_path()``) and runs them."""
 
     def __init__(self, search_path: Sequence[str | Path] | str | None = None, *,
-                 timeout: float = 30.0, max_output: int = 64 << 20) -> None:
+                 timeout: float = 30.0, max_output: int = 64 << 20,
+                 cwd: str | Path | None = None) -> None:
         if search_path is None:
             self.search_path = default_search_path()
         elif isinstance(search_path, str):
@@ -96,6 +101,8 @@ class ToolRunner:
             self.search_path = [str(d) for d in search_path]
         self.timeout = timeout
         self.max_output = max_output
+        #: where tools run; None: a temporary directory made for each run and removed after it
+        self.cwd = None if cwd is None else str(cwd)
         # C locale: the numbers and messages support expects, whatever the agent's locale
         self.env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
 
@@ -107,11 +114,19 @@ class ToolRunner:
         return None
 
     def run(self, argv: Sequence[str]) -> ToolResult:
+        if self.cwd is not None:
+            return self._run(argv, self.cwd)
+        import tempfile  # lazily: the agent's serve path imports this module
+
+        with tempfile.TemporaryDirectory(prefix="stortune-tool-", ignore_cleanup_errors=True) as cwd:
+            return self._run(argv, cwd)
+
+    def _run(self, argv: Sequence[str], cwd: str) -> ToolResult:
         start = time.monotonic()
         try:
             proc = subprocess.Popen(
-                list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=self.env, start_new_session=True, close_fds=True,
+                list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env=self.env, cwd=cwd, start_new_session=True, close_fds=True,
             )
         except OSError as exc:
             return ToolResult(list(argv), None, error=f"cannot run {argv[0]}: {exc.strerror or exc}")

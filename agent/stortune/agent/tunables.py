@@ -7,7 +7,7 @@ from pathlib import Path
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas import catalog
 from stortune.schemas.catalog import Tunable, TunableValueError
-from stortune.schemas.topology import DeviceKind, TunableState
+from stortune.schemas.topology import TEXT_MAX, DeviceKind, TunableState
 
 
 def read_state(fs: KernelFS, tunable: Tunable, device: str | None,
@@ -17,6 +17,8 @@ def read_state(fs: KernelFS, tunable: Tunable, device: str | None,
     raw = fs.read(path)
     if raw is None:
         return TunableState(supported=False, reason=f"{tunable.path} is absent on this kernel/device")
+    if len(raw) > TEXT_MAX:  # no sysfs attribute is longer than a page: not one to tune
+        return TunableState(supported=False, reason=f"{tunable.path} is longer than a sysfs page")
     try:
         value, choices = tunable.parse(raw)
     except TunableValueError as exc:
@@ -42,8 +44,8 @@ def read_device(fs: KernelFS, device: str, kind: DeviceKind,
     """Every catalog tunable that applies to this kind of device."""
     if directory is None:
         directory = fs.block_dir(device)
-    return {t.name: read_state(fs, t, device, directory) for t in catalog.for_kind(kind)}
+    return {t.name: read_state(fs, t, device, directory) for t in catalog.kernel_for_kind(kind)}
 
 
 def read_host(fs: KernelFS) -> dict[str, TunableState]:
-    return {t.name: read_state(fs, t, None) for t in catalog.for_kind(DeviceKind.HOST)}
+    return {t.name: read_state(fs, t, None) for t in catalog.kernel_for_kind(DeviceKind.HOST)}

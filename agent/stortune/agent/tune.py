@@ -21,6 +21,7 @@ serving agent never does.
 
 from __future__ import annotations
 
+import importlib
 import secrets
 import sys
 import threading
@@ -37,6 +38,7 @@ from stortune.agent.bench.errors import BenchmarkError
 from stortune.agent.bench.fio import FioRunner
 from stortune.agent.bench.manager import BenchmarkManager
 from stortune.agent.kernelfs import KernelFS
+from stortune.schemas import stripecache
 from stortune.schemas.bench.results import BenchmarkResult, RunProgress
 from stortune.schemas.bench.target import beneath as devices_beneath
 from stortune.schemas.documents import DocumentError
@@ -160,14 +162,31 @@ def beneath_of(topology: Topology, device: Device) -> list[Device]:
 
 
 # -- running --------------------------------------------------------------------------
+def _search_library(name: str) -> None:
+    """Before anything is touched: the bayesian search's library is the `tune` extra
+    (pyproject.toml), which a lean agent install leaves out."""
+    try:
+        importlib.import_module("optuna")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] != "optuna":
+            raise
+        raise TuneError(f"{name}: strategy bayesian needs optuna, which is not installed here;"
+                        " pip install 'stortune[tune]', or use strategy grid or one-at-a-time") from None
+
+
 class LocalExperiment:
     """Runs one experiment on this host; ``run()`` returns the result (also when stopped)."""
 
     def __init__(self, fs: KernelFS, state_dir: Path, exp: TuningExperiment, *,
                  device: str | None = None, runner: FioRunner | None = None,
                  listener: Listener | None = None, stop: threading.Event | None = None,
-                 apply_wait: float = 60.0) -> None:
+                 apply_wait: float = 60.0,
+                 ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> None:
+        if exp.spec.strategy == "bayesian":
+            _search_library(exp.name)
         self.fs = fs
+        #: A stripe_cache_size (a trial's too) costing more of the host's RAM is refused.
+        self.ram_share = ram_share
         self.state_dir = state_dir
         self.exp = exp
         self.stop = stop or threading.Event()
@@ -177,7 +196,7 @@ class LocalExperiment:
         # Made first: it concludes runs a killed experiment left and kills their fio.
         self.bench = BenchmarkManager(fs, state_dir, runner=runner, on_progress=self._live,
                                       apply_wait=apply_wait)
-        self.recovered = local.recover(fs, state_dir)
+        self.recovered = local.recover(fs, state_dir, ram_share=ram_share)
         topology = local.discover(fs, state_dir)
         self.device = choose_device(exp, topology, device)
         self.beneath = beneath_of(topology, self.device)
@@ -250,6 +269,7 @@ class LocalExperiment:
         run_id = f"{self.id}-t{request.index}"
         try:
             report = local.converge(self.fs, self.desired, self.state_dir, overlay=[overlay],
+                                    ram_share=self.ram_share,
                                     remember=False)
             if not report.ok:
                 why = "; ".join(report.messages) or report.title
@@ -289,10 +309,12 @@ class LocalExperiment:
             outcome = self.engine.outcome()
             if not outcome.recommendation.keepCurrent:
                 winner = recommended_profile(self.exp, outcome, self.device, beneath=self.beneath)
-                report = local.converge(self.fs, [*self.desired, winner], self.state_dir, self.generations)
+                report = local.converge(self.fs, [*self.desired, winner], self.state_dir, self.generations,
+                                        ram_share=self.ram_share)
                 if report.ok:
                     return "recommendation"
         report = local.converge(self.fs, self.desired, self.state_dir, self.generations,
+                                ram_share=self.ram_share,
                                 remember=self.remembered)
         if not report.ok:
             raise TuneError(f"putting the settings back failed: {'; '.join(report.messages) or report.title}"

@@ -90,7 +90,8 @@ def run(args: argparse.Namespace, fs: KernelFS) -> int:
     stop = threading.Event()
     with _stopping(stop) as caught:
         experiment = LocalExperiment(fs, Path(args.state_dir), exp, device=args.device,
-                                     listener=ProgressLine(exp.spec.objective.metric, sys.stderr), stop=stop)
+                                     listener=ProgressLine(exp.spec.objective.metric, sys.stderr), stop=stop,
+                                     ram_share=args.stripe_cache_ram_share)
         if experiment.recovered:
             print(f"finished what an interruption left: {experiment.recovered}", file=sys.stderr)
         print(f"experiment {exp.name} ({experiment.id}) on {experiment.device.name}: current"

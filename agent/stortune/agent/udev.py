@@ -110,7 +110,13 @@ def render(profiles: Sequence[StorageProfile], topology: Topology, plan: Plan) -
         if d.source.mode == "enforce":
             per_device.setdefault(d.device, []).append(d)
     host_lines = []
-    for dev_name, wanted in per_device.items():
+    # udev writes sysfs only: a RAID controller's policies are kept by the vendor tool itself
+    in_controller = [d for ds in per_device.values() for d in ds
+                     if catalog.get(d.tunable).scope == "controller"]
+    for dev_name, all_wanted in per_device.items():
+        wanted = [d for d in all_wanted if catalog.get(d.tunable).scope != "controller"]
+        if not wanted:
+            continue
         wanted.sort(key=lambda d: order[d.tunable])
         if dev_name == HOST_TARGET:
             host_lines = [f"{d.tunable} = {catalog.get(d.tunable).format(d.desired)}" for d in wanted]
@@ -125,6 +131,9 @@ def render(profiles: Sequence[StorageProfile], topology: Topology, plan: Plan) -
         )
         lines.append(f"# {what}")
         lines.append(f'ACTION=="add|change", SUBSYSTEM=="block", {key}, {assigns}')
+    if in_controller:
+        lines.append("# Kept in the RAID controller (the vendor tool sets them once; not udev's):")
+        lines.extend(_comment(f"#   {d.device} {d.tunable} = {d.desired}") for d in in_controller)
     if host_lines:
         lines.append("# Host-wide settings belong in /etc/sysctl.d/60-stortune.conf:")
         lines.extend(f"#   {line}" for line in host_lines)

@@ -32,6 +32,8 @@ from rich.progress import BarColumn, Progress, TaskID, TaskProgressColumn, TextC
 
 from stortune.cli.client import JSON, BenchmarkRun, Client, ClientError
 from stortune.cli.render import Cell, Output, Row, age
+from stortune.schemas.analysis import verdict as bottleneck_verdict
+from stortune.schemas.analysis.model import Bottleneck, PathShare, SlowMember
 from stortune.schemas.bench import metrics
 from stortune.schemas.bench.objectives import objectives, threshold_globs
 from stortune.schemas.bench.spec import load_benchmark
@@ -509,6 +511,18 @@ def device_rows(result: JSON) -> tuple[list[str], list[Row], list[str]]:
             rows, styles)
 
 
+def verdict_lines(result: JSON) -> list[tuple[str, str]]:
+    """The bottleneck per step, slow members and unbalanced paths of a stored result (results
+    stored before the verdict existed have none: no lines)."""
+    try:
+        return bottleneck_verdict.lines(
+            [Bottleneck.model_validate(b) for b in _dicts(result.get("bottlenecks"))],
+            [SlowMember.model_validate(m) for m in _dicts(result.get("slow_members"))],
+            [PathShare.model_validate(s) for s in _dicts(result.get("balance"))])
+    except ValidationError:  # a newer server's shape: show the rest of the run rather than fail
+        return []
+
+
 def render_run(out: Output, run: BenchmarkRun, judgement: JSON | None = None) -> None:
     def field(name: str, text: str) -> None:
         out.line(f"{name + ':':<16}{text}")
@@ -567,6 +581,11 @@ def render_run(out: Output, run: BenchmarkRun, judgement: JSON | None = None) ->
             out.line("  <none recorded>")
         for warning in context.get("warnings") or []:
             out.line(f"warning: {warning}", "yellow")
+    limits = verdict_lines(result)
+    if limits:
+        out.line("Where the limit is (per step: each layer's load against its ceiling):")
+        for text, style in limits:
+            out.line(f"  {text}", style)
     verdict = result.get("verdict") if isinstance(result.get("verdict"), dict) else None
     if verdict is not None:
         out.line("Thresholds:")

@@ -33,6 +33,10 @@ Value = int | str
 # Errors -----------------------------------------------------------------------
 
 
+class UsageError(Exception):
+    """The command line asks for something that cannot be done as asked (exit 1, said once)."""
+
+
 class ClientError(Exception):
     """Anything that kept a request from succeeding."""
 
@@ -195,6 +199,7 @@ class DeviceSetting:
     message: str
     mode: str  # enforce | audit; "" when not reported
     drifted: bool  # was in sync at this generation, then changed under us
+    pending_reboot: bool = False  # configured in the RAID controller, in effect after a reboot
 
     @classmethod
     def parse(cls, data: JSON) -> DeviceSetting:
@@ -202,7 +207,8 @@ class DeviceSetting:
         return cls(_str(data.get("device")), _str(data.get("tunable")), _value(data.get("desired")),
                    _value(data.get("observed")), in_sync if isinstance(in_sync, bool) else None,
                    _str(data.get("profile")), _str(data.get("rule")), _str(data.get("message")),
-                   _str(data.get("mode")), data.get("drifted") is True)
+                   _str(data.get("mode")), data.get("drifted") is True,
+                   data.get("pendingReboot") is True)
 
 
 @dataclass(frozen=True)
@@ -592,6 +598,30 @@ class Client:
     def get_host(self, name: str) -> Host:
         with _naming("Host", name):
             return Host.parse(self._json("GET", _path("hosts", name)))
+
+    def get_host_analysis(self, name: str, *, runs: int | None = None) -> JSON:
+        """Layer ceilings, checks, slow members and path balance of one host."""
+        with _naming("Host", name):
+            return self._json("GET", _path("hosts", name, "analysis"),
+                              params={"runs": runs} if runs is not None else None)
+
+    # Probes
+
+    def start_probe(self, host: str, *, device: str | None) -> JSON:
+        """Start a probe (the caller has the user's consent: the body says so)."""
+        body: JSON = {"consent": True, **({"device": device} if device else {})}
+        with _naming("Host", host):
+            return self._json("POST", _path("hosts", host, "probes"), body=body)
+
+    def list_probes(self, host: str) -> JSON:
+        with _naming("Host", host):
+            return self._json("GET", _path("hosts", host, "probes"))
+
+    def get_probe(self, host: str, probe_id: str) -> JSON:
+        return self._json("GET", _path("hosts", host, "probes", probe_id))
+
+    def cancel_probe(self, host: str, probe_id: str) -> JSON:
+        return self._json("POST", _path("hosts", host, "probes", probe_id, "cancel"))
 
     def download_diagnostics(self, name: str, *, redact: bool = True, tool_timeout: float = 0,
                              timeout: float = DIAGNOSTICS_TIMEOUT) -> tuple[bytes, str | None]:

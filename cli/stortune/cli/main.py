@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from stortune.cli import audit, bench, manifests, render, sync, tune
+from stortune.cli import analyze, audit, bench, manifests, probe, raidplan, render, sync, tune, tuned
 from stortune.cli.client import (
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT,
@@ -28,6 +28,7 @@ from stortune.cli.client import (
     NotFound,
     Unauthorized,
     Unreachable,
+    UsageError,
 )
 from stortune.cli.render import Output
 from stortune.schemas.cliparser import Parser
@@ -39,13 +40,14 @@ EXIT_ERROR: Final = 1
 EXIT_DIFFERENT: Final = 2
 SERVER_ENV: Final = "STORTUNE_SERVER"
 TOKEN_ENV: Final = "STORTUNE_TOKEN"  # noqa: S105 - the variable's name, not a secret
-ROLES: Final = ("admin", "operator", "viewer", "support", "agent")
+ROLES: Final = ("admin", "operator", "viewer", "support", "agent", "metrics")
 
 ACCESS_HELP: Final = """\
 Issue, list and revoke API tokens (admin only). Roles: admin (everything),
 operator (profiles, host labels, benchmarks, and every read), viewer (read
 only), support (the hosts --hosts selects, their events and diagnostics,
-until --expires), agent (what stortune-agent serve calls with --token-file).
+until --expires), agent (what stortune-agent serve calls with --token-file),
+metrics (a Prometheus server's scrape of /metrics, nothing else).
 `create` prints the secret on stdout, once: the server keeps only its hash.
 
   stortune token create --role support --name vendor-1234 --hosts role=streamer --expires 72h
@@ -79,10 +81,6 @@ that the files no longer hold, never profiles created by other means. BenchmarkS
 BenchmarkSchedule and TuningExperiment documents in the files are passed over (stortune bench
 run -f, stortune tune run -f take them).
 """
-
-
-class UsageError(Exception):
-    pass
 
 
 # Errors that every further call would meet too: a command stops at the first, said once.
@@ -240,6 +238,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_parser(sub, connection_options=_connection_options, parser_class=Parser)
     tune.add_parser(sub, connection_options=_connection_options, parser_class=Parser)
     audit.add_parser(sub, connection_options=_connection_options, limit=_positive_int)
+    raidplan.add_parser(sub, parser_class=Parser)
+    tuned.add_parser(sub, parser_class=Parser)
+    analyze.add_parser(sub, connection_options=_connection_options, runs=_positive_int, parser_class=Parser)
+    probe.add_parser(sub, connection_options=_connection_options)
     return parser
 
 
@@ -478,7 +480,8 @@ def _diag(args: argparse.Namespace, client: Client, out: Output) -> int:
 COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Client, Output], int]]] = {
     "apply": _apply, "diff": _diff, "get": _get, "describe": _describe, "label": _label,
     "token": _token, "diag": _diag, "bench": bench.command, "audit": audit.command,
-    "tune": tune.command,
+    "tune": tune.command, "plan": raidplan.command, "analyze": analyze.command,
+    "probe": probe.command, "import": tuned.import_command, "export": tuned.export_command,
 }
 
 

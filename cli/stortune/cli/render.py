@@ -355,6 +355,8 @@ def describe_host(out: Output, host: Host, events: Sequence[Event], lease: Lease
         for d in host.devices:
             # None: rejected or skipped on this device; the message says why.
             state = {True: "yes", False: "NO (drifted)" if d.drifted else "NO", None: "-"}[d.in_sync]
+            if d.in_sync and d.pending_reboot:
+                state = "yes (pending reboot)"
             source = f"{d.profile}/{d.rule}" if d.profile else "-"
             if d.mode == "audit":
                 source += " (audit)"

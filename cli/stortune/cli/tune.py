@@ -23,8 +23,8 @@ from typing import Any, Final
 import yaml
 
 from stortune.cli import sync
-from stortune.cli.bench import seconds
-from stortune.cli.client import JSON, Client
+from stortune.cli.bench import seconds, verdict_lines
+from stortune.cli.client import JSON, Client, ClientError
 from stortune.cli.manifests import Manifest
 from stortune.cli.render import Cell, Output, Row
 from stortune.schemas.bench import metrics
@@ -350,7 +350,34 @@ def _show(args: argparse.Namespace, client: Client, out: Output) -> int:
              str(t.get("purpose")), str(t.get("state")), _measured(t, metric), str(t.get("runId"))]
             for t in trials])
     summarize(out, doc)
+    winner_bottlenecks(out, client, doc)
     return EXIT_OK
+
+
+def winner_runs(doc: JSON) -> list[tuple[str, str]]:
+    """(host, run id) of the last successful trial of the recommended values on each host."""
+    status = _obj(doc, "status")
+    best = _obj(_obj(_obj(status, "outcome"), "recommendation"), "values")
+    latest: dict[str, str] = {}
+    for t in _dicts(status.get("trials")):
+        if best and t.get("point") == best and t.get("runId") and _obj(t, "measurement").get("ok"):
+            latest[str(t.get("host"))] = str(t.get("runId"))
+    return sorted(latest.items())
+
+
+def winner_bottlenecks(out: Output, client: Client, doc: JSON) -> None:
+    """The evidence behind the recommendation: where its benchmark run hit the limit."""
+    for host, run_id in winner_runs(doc):
+        try:
+            result = client.get_benchmark_run(run_id).result or {}
+        except ClientError as exc:
+            out.line(f"  where the limit is at the recommendation on {host}: {exc}", "yellow")
+            continue
+        lines = verdict_lines(result)
+        if lines:
+            out.line(f"  where the limit is at the recommendation on {host} (run {run_id}):")
+            for text, style in lines:
+                out.line(f"    {text}", style)
 
 
 def _measured(trial: JSON, metric: str) -> str:

@@ -7,7 +7,10 @@ udev exporter all derive from these declarations, so adding a tunable means
 adding one entry to ``CATALOG`` below.
 
 Paths are relative: to the device's sysfs directory (``scope="device"``) or to
-the procfs root (``scope="host"``). Nothing here touches the filesystem.
+the procfs root (``scope="host"``). Controller tunables (``scope="controller"``)
+have no path: they are policies of a hardware RAID virtual drive, read and
+written through the controller's vendor tool by the agent's controller seam.
+Nothing here touches the filesystem.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from stortune.schemas.controllers import ControllerSetting
 from stortune.schemas.topology import DeviceKind
 
 Value = int | str
@@ -27,6 +31,7 @@ _QUEUE_KINDS = frozenset(
 _REQUEST_KINDS = frozenset({DeviceKind.DISK, DeviceKind.DM, DeviceKind.LOOP})
 _MD = frozenset({DeviceKind.MD})
 _HOST = frozenset({DeviceKind.HOST})
+_VOLUME = frozenset({DeviceKind.DISK})  # a RAID controller's virtual drive is a whole disk to Linux
 _SCHED_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,31}$")
 
 
@@ -43,7 +48,7 @@ class Tunable:
     description: str
     order: int
     applies_to: frozenset[DeviceKind]
-    scope: Literal["device", "host"] = "device"
+    scope: Literal["device", "host", "controller"] = "device"
     unit: str = ""
     minimum: int | None = None
     maximum: int | None = None
@@ -177,6 +182,36 @@ class SyncSpeedTunable(Tunable):
             ],
             "description": self._doc(),
         }
+
+
+@dataclass(frozen=True)
+class ControllerTunable(Tunable):
+    """A policy of a hardware RAID virtual drive, set through the controller's vendor tool.
+
+    Values are the words stortune uses for every vendor (``read-ahead``, not storcli's ``RA``
+    or arcconf's ``RON``); each adapter translates them through a fixed table."""
+
+    setting: ControllerSetting = "read_policy"
+    known: tuple[str, ...] = ()
+
+    def parse(self, raw: str) -> tuple[Value, list[str] | None]:
+        word = raw.strip()
+        if word not in self.known:
+            raise TunableValueError(f"{self.name}: unknown controller policy {raw!r:.80}")
+        return word, list(self.known)
+
+    def validate(self, value: object) -> Value:
+        if not isinstance(value, str) or value not in self.known:
+            raise TunableValueError(f"must be one of {', '.join(self.known)}, got {value!r:.80}")
+        return value
+
+    def json_schema(self) -> dict[str, object]:
+        return {"type": "string", "enum": list(self.known), "description": self._doc()}
+
+    def _doc(self) -> str:
+        return (f"{self.description} Applies to: hardware RAID virtual drives (disks a managed"
+                " controller presents). Written through the controller's vendor tool (storcli64,"
+                " perccli64, ssacli, arcconf).")
 
 
 def _declare(*tunables: Tunable) -> Mapping[str, Tunable]:
@@ -344,6 +379,44 @@ CATALOG: Mapping[str, Tunable] = _declare(
         minimum=0,
         maximum=2_000_000_000,
     ),
+    # Controller policies come last: they live in the controller, not the kernel, so no kernel
+    # write resets them, and putting them back last keeps the OS side restored first.
+    ControllerTunable(
+        name="controller_read_ahead",
+        path="controller:read_policy",
+        description="Read-ahead of the RAID controller for this volume (storcli rdcache, arcconf"
+                    " read cache); adaptive starts it once it sees sequential reads.",
+        order=90,
+        applies_to=_VOLUME,
+        scope="controller",
+        setting="read_policy",
+        known=("read-ahead", "no-read-ahead", "adaptive"),
+        notes="Some controllers (ServeRAID 8 through arcconf) apply it only after a reboot:"
+              " status shows pendingReboot until then, not drift.",
+    ),
+    ControllerTunable(
+        name="controller_write_cache",
+        path="controller:write_policy",
+        description="Write cache policy of the RAID controller for this volume.",
+        order=91,
+        applies_to=_VOLUME,
+        scope="controller",
+        setting="write_policy",
+        known=("write-through", "write-back", "always-write-back"),
+        notes="write-back is refused while the controller's battery or CacheVault is absent or"
+              " failed; always-write-back is the explicit choice to cache writes without one.",
+    ),
+    ControllerTunable(
+        name="drive_write_cache",
+        path="controller:drive_cache",
+        description="Write cache of the physical drives behind this volume; 'default' leaves it"
+                    " to the drive.",
+        order=92,
+        applies_to=_VOLUME,
+        scope="controller",
+        setting="drive_cache",
+        known=("enabled", "disabled", "default"),
+    ),
     Tunable(
         name="dev.raid.speed_limit_min",
         path="sys/dev/raid/speed_limit_min",
@@ -380,6 +453,8 @@ def get(name: str) -> Tunable:
 
 _ORDERED = tuple(sorted(CATALOG.values(), key=lambda t: (t.order, t.name)))
 _BY_KIND = {k: tuple(t for t in _ORDERED if k in t.applies_to) for k in DeviceKind}
+#: What sysfs/procfs hold, per kind: what the kernel reader reads
+_KERNEL_BY_KIND = {k: tuple(t for t in v if t.scope != "controller") for k, v in _BY_KIND.items()}
 _RESET_BY = {t.name: tuple(c.name for c in _ORDERED if t.name in c.resets) for t in _ORDERED}
 
 
@@ -390,6 +465,11 @@ def ordered() -> list[Tunable]:
 
 def for_kind(kind: DeviceKind) -> list[Tunable]:
     return list(_BY_KIND[kind])
+
+
+def kernel_for_kind(kind: DeviceKind) -> list[Tunable]:
+    """The tunables of this kind that live in sysfs/procfs (not in a RAID controller)."""
+    return list(_KERNEL_BY_KIND[kind])
 
 
 def reset_by(name: str) -> tuple[str, ...]:

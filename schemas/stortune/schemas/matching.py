@@ -5,8 +5,9 @@ Patterns are matched by RE2 (schemas/patterns.py): linear in the value, whatever
 
 from __future__ import annotations
 
+from stortune.schemas.controllers import VolumeRef, normalise_raid_level
 from stortune.schemas.patterns import glob_matches, regex_matches
-from stortune.schemas.profile import Match
+from stortune.schemas.profile import ControllerMatch, Match
 from stortune.schemas.topology import Device
 
 
@@ -19,9 +20,17 @@ def _human(n: int) -> str:
     return f"{value:.1f} PB"
 
 
-def _regex(field: str, pattern: str, actual: str | None) -> str | None:
+def _binary(n: int) -> str:
+    """Strip sizes are powers of two: 64 KiB, 1 MiB."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
+def _regex(field: str, pattern: str, actual: str | None, source: str = "sysfs") -> str | None:
     if actual is None:
-        return f"{field} is unknown (sysfs does not report it), rule wants /{pattern}/"
+        return f"{field} is unknown ({source} does not report it), rule wants /{pattern}/"
     if not regex_matches(pattern, actual.strip()):
         return f"{field} {actual!r} does not match /{pattern}/"
     return None
@@ -57,10 +66,39 @@ def mismatch(match: Match, dev: Device) -> str | None:
     if match.role is not None and not set(match.role) & set(dev.roles):
         have = [r.value for r in dev.roles] or "none"
         return f"roles {have} include none of {[r.value for r in match.role]}"
+    if match.controller is not None and (why := _controller(match.controller, dev.controller)):
+        return why
     if match.size is not None:
         lo, hi = match.size.bounds()
         if dev.size_bytes is None:
             return "size is unknown"
         if (lo is not None and dev.size_bytes < lo) or (hi is not None and dev.size_bytes > hi):
             return f"size {_human(dev.size_bytes)} is outside [{match.size.min}, {match.size.max}]"
+    return None
+
+
+def _controller(want: ControllerMatch, ref: VolumeRef | None) -> str | None:
+    if ref is None:
+        return "not a hardware RAID volume (no vendor tool maps this device to a virtual drive)"
+    if want.adapter is not None and ref.adapter not in want.adapter:
+        return f"controller adapter {ref.adapter} is not one of {want.adapter}"
+    if want.model is not None and (why := _regex("controller model", want.model, ref.model,
+                                                 "the vendor tool")):
+        return why
+    if want.driver is not None and (why := _regex("controller driver", want.driver, ref.driver,
+                                                  "the vendor tool")):
+        return why
+    if want.raidLevel is not None:
+        level = normalise_raid_level(ref.raid_level)
+        if level not in want.raidLevel:
+            return f"controller raidLevel {level} is not one of {want.raidLevel}"
+    if want.stripSize is not None:
+        lo, hi = want.stripSize.bounds()
+        strip = ref.strip_size_bytes
+        if strip is None:
+            return "controller strip size is unknown (the vendor tool does not report it)"
+        if (lo is not None and strip < lo) or (hi is not None and strip > hi):
+            low = "0" if want.stripSize.min is None else want.stripSize.min
+            high = "any" if want.stripSize.max is None else want.stripSize.max
+            return f"controller strip size {_binary(strip)} is outside [{low}, {high}]"
     return None

@@ -76,6 +76,13 @@ class Desired(_Model):
     in_sync: bool
     source: Source
     overridden: list[str] = Field(default_factory=list, description="Losing rules and why")
+    note: str | None = Field(default=None, description="What the value costs, e.g. a stripe cache's RAM")
+    pending_reboot: bool = Field(
+        default=False, exclude_if=lambda v: not v,
+        description="Configured as desired, in effect only after the next reboot (a controller"
+                    " setting): in sync, not drift")
+    effective: Value | None = Field(default=None, exclude_if=lambda v: v is None,
+                                    description="pending_reboot: the value in effect until then")
 
 
 class RuleVerdict(_Model):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from stortune.schemas import catalog
+from stortune.schemas import catalog, controllertunables, stripecache
 from stortune.schemas.catalog import DeviceFacts, check_on_device
 from stortune.schemas.matching import mismatch
 from stortune.schemas.plan import (
@@ -124,11 +124,15 @@ def _candidates(
     return by_tunable, verdicts
 
 
-def device_facts(dev: Device, state: TunableState | None) -> DeviceFacts:
+def device_facts(dev: Device, state: TunableState | None, tunable: catalog.Tunable | None = None
+                 ) -> DeviceFacts:
     """What ``check_on_device`` needs of one tunable on one device, as discovery reported it."""
     if state is None:
-        return DeviceFacts(kind=dev.kind, supported=False, writable=False,
-                           unsupported_reason="not reported by discovery")
+        why = "not reported by discovery"
+        if tunable is not None and tunable.scope == "controller":
+            why = ("not a hardware RAID volume of a controller the agent manages (no vendor tool"
+                   " maps it to this disk)")
+        return DeviceFacts(kind=dev.kind, supported=False, writable=False, unsupported_reason=why)
     return DeviceFacts(
         kind=dev.kind,
         supported=state.supported,
@@ -139,12 +143,26 @@ def device_facts(dev: Device, state: TunableState | None) -> DeviceFacts:
     )
 
 
+def _ram_cost(topology: Topology, dev: Device, tunable: str, value: Value,
+              ram_share: float) -> tuple[str | None, str | None]:
+    """(note, refusal) of a value that costs RAM: today the md stripe cache."""
+    if tunable != "stripe_cache_size" or not isinstance(value, int) or dev.md is None:
+        return None, None
+    cost = stripecache.cost(topology, dev, value)
+    return cost.describe(), cost.refusal(ram_share)
+
+
 def plan(
     profiles: Sequence[StorageProfile],
     topology: Topology,
     observed: Observed | None = None,
+    *,
+    stripe_cache_ram_share: float = stripecache.DEFAULT_RAM_SHARE,
 ) -> Plan:
-    """Decide what must change. Pure: reads nothing but its arguments."""
+    """Decide what must change. Pure: reads nothing but its arguments.
+
+    ``stripe_cache_ram_share``: a stripe_cache_size costing more of the host's RAM is refused
+    (fatal: a profile that would pin that much memory is wrong for this host)."""
     seen = observed if observed is not None else observed_of(topology)
     result = Plan()
     order = {t.name: t.order for t in catalog.ordered()}
@@ -162,7 +180,11 @@ def plan(
             win = ranked[0]
             tunable = catalog.get(name)
             state = seen.get(dev.name, {}).get(name)
-            rejected = check_on_device(tunable, win.value, device_facts(dev, state))
+            rejected = check_on_device(tunable, win.value, device_facts(dev, state, tunable))
+            note, too_costly = _ram_cost(topology, dev, name, win.value, stripe_cache_ram_share)
+            too_costly = too_costly or controllertunables.refusal(dev, name, win.value)
+            if rejected is None and too_costly is not None:
+                rejected = catalog.Rejection(too_costly, fatal=True)
             if rejected is not None:
                 result.rejections.append(
                     Rejection(
@@ -173,12 +195,16 @@ def plan(
                 continue
             current = state.value if state is not None else None
             in_sync = tunable.same(current, win.value)
+            # configured as wanted, but the controller applies it only at the next boot
+            effective = state.effective if state is not None else None
+            pending = in_sync and effective is not None and not tunable.same(effective, win.value)
             result.desired.append(
                 Desired(
                     device=dev.name, device_id=dev.id, tunable=name, desired=win.value,
                     observed=current, in_sync=in_sync, source=win.source,
                     overridden=[_why_lost(c, win) for c in ranked[1:] if c.value != win.value
                                 or c.source != win.source],
+                    note=note, pending_reboot=pending, effective=effective if pending else None,
                 )
             )
             if not in_sync:

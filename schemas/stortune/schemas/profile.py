@@ -28,6 +28,7 @@ from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 
 from stortune.schemas import catalog, patterns, sizes
 from stortune.schemas.catalog import Tunable, TunableValueError
+from stortune.schemas.controllers import AdapterName, normalise_raid_level
 from stortune.schemas.sizes import parse_size
 from stortune.schemas.topology import DeviceKind, Role
 
@@ -207,6 +208,39 @@ class SizeRange(_Doc):
         )
 
 
+def _raid_levels(levels: list[str] | None) -> list[str] | None:
+    # the tools' own words (RAID5, RAID 1+0) become the words the mapping gives a device
+    return None if levels is None else [normalise_raid_level(level) for level in levels]
+
+
+RaidLevelWord = Annotated[str, Field(min_length=1, max_length=32)]
+
+
+class ControllerMatch(_Doc):
+    """Facts of the hardware RAID virtual drive a disk is (all given must hold).
+
+    Only a disk a vendor tool maps to a virtual drive has them (``Device.controller``); any
+    other device fails every controller criterion."""
+
+    adapter: list[AdapterName] | None = Field(default=None, min_length=1, max_length=4,
+                                              description="The vendor tool family")
+    model: Regex | None = Field(default=None, description="Controller model, RE2, full match:"
+                                                          " PERC H7.*")
+    driver: Regex | None = Field(default=None, description="Controller driver, RE2, full match:"
+                                                           " megaraid_sas")
+    raidLevel: Annotated[list[RaidLevelWord] | None, AfterValidator(_raid_levels)] = Field(
+        default=None, min_length=1, max_length=32,
+        description="Virtual drive RAID levels, lower case: raid5, raid10 (RAID 1+0), raid6 (ADG)")
+    stripSize: SizeRange | None = Field(default=None, description="Virtual drive strip size range")
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> ControllerMatch:
+        if all(getattr(self, f) is None for f in type(self).model_fields):
+            raise ValueError("controller must name at least one criterion (adapter, model, driver,"
+                             " raidLevel, stripSize)")
+        return self
+
+
 class Match(_Doc):
     """Topology facts a device must all have (an AND of the criteria given).
 
@@ -228,6 +262,8 @@ class Match(_Doc):
     raidLevel: list[str] | None = Field(default=None, description="md levels: raid5, raid6...")
     role: list[Role] | None = None
     size: SizeRange | None = None
+    controller: ControllerMatch | None = Field(
+        default=None, description="Hardware RAID virtual drive facts (from the vendor tool)")
 
     @field_validator("name")
     @classmethod
@@ -255,7 +291,7 @@ def _tunable_field(t: Tunable) -> Any:
     base: Any = (
         int | Literal["system"]
         if isinstance(t, catalog.SyncSpeedTunable)
-        else (str if isinstance(t, catalog.ChoiceTunable) else int)
+        else (str if isinstance(t, catalog.ChoiceTunable | catalog.ControllerTunable) else int)
     )
 
     def schema(s: dict[str, Any], _t: Tunable = t) -> None:
@@ -334,6 +370,15 @@ class Rule(_Doc):
 #: every pass, so their number bounds what one document costs the control plane and agents.
 MAX_PATTERNS_PER_PROFILE = 1024
 _PATTERN_FIELDS = ("name", "id", "model", "vendor", "driver")
+_CONTROLLER_PATTERN_FIELDS = ("model", "driver")
+
+
+def _patterns_in(match: dict[str, Any], fields: tuple[str, ...]) -> int:
+    total = 0
+    for field in fields:
+        value = match.get(field)
+        total += len(value) if isinstance(value, list) else int(value is not None)
+    return total
 
 
 def pattern_count(rules: object) -> int:
@@ -343,9 +388,10 @@ def pattern_count(rules: object) -> int:
     for rule in rules if isinstance(rules, list) else ():
         match = rule.get("match") if isinstance(rule, dict) else None
         if isinstance(match, dict):
-            for field in _PATTERN_FIELDS:
-                value = match.get(field)
-                total += len(value) if isinstance(value, list) else int(value is not None)
+            total += _patterns_in(match, _PATTERN_FIELDS)
+            controller = match.get("controller")
+            if isinstance(controller, dict):
+                total += _patterns_in(controller, _CONTROLLER_PATTERN_FIELDS)
     return total
 
 

@@ -21,6 +21,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from stortune.schemas.controllers import ControllerInventory, VolumeRef
+
 #: The pseudo-target that carries host-wide tunables (procfs sysctls).
 HOST_TARGET = "host"
 
@@ -37,6 +39,10 @@ SYSFS_PATH_MAX = 1024
 #: Far beyond a real host (a SAN host with thousands of LUNs and paths), far below junk.
 MAX_DEVICES = 16384
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: Numbers as the kernel keeps them (u64 sizes, sectors, counts): never negative, never wider.
+U64_MAX = 2**64 - 1
+Count = Annotated[int, Field(ge=0, le=U64_MAX)]
+Members = Annotated[int, Field(ge=0, le=MAX_DEVICES)]
 
 
 def is_device_name(name: str) -> bool:
@@ -89,6 +95,9 @@ class Role(StrEnum):
     CRYPT_BACKING = "crypt-backing"
     MOUNTED = "mounted"
     HAS_HOLDERS = "has-holders"  # something (md, dm) is built on this device
+    #: A whole disk one of whose partitions is an md member: the queue (scheduler,
+    #: nr_requests) an md member partition runs on belongs to this disk.
+    MD_MEMBER_DISK = "md-member-disk"
 
 
 Transport = Literal["sata", "sas", "nvme", "virtio", "fc", "iscsi", "usb", "scsi", "unknown"]
@@ -142,6 +151,11 @@ class TunableState(_Model):
         description="Set when stortune changed this tunable and has not put it back"
                     " (from the agent's journal)",
     )
+    effective: int | str | None = Field(
+        default=None, exclude_if=_absent,
+        description="Controller settings: the value in effect when it differs from the configured"
+                    " `value`, which takes effect only after a reboot (pendingReboot)",
+    )
 
 
 class Mount(_Model):
@@ -152,18 +166,30 @@ class Mount(_Model):
     super_options: list[str] = Field(default_factory=list, max_length=256)
 
 
+class PciLink(_Model):
+    """The PCI function a controller sits on and its negotiated PCIe link, as sysfs shows it."""
+
+    address: str = Field(max_length=64, description="PCI address, e.g. 0000:04:00.0")
+    current_link_speed: str | None = Field(default=None, description='e.g. "5.0 GT/s PCIe"')
+    current_link_width: Members | None = None
+    max_link_speed: str | None = None
+    max_link_width: Members | None = None
+
+
 class ScsiHost(_Model):
     name: str  # host0
     driver: str | None = None  # scsi_host/hostN/proc_name: megaraid_sas, mpt3sas, qla2xxx ...
     fc_speed: str | None = None  # fc_host/hostN/speed, e.g. "8 Gbit"
     fc_port_name: str | None = None  # WWPN
     fc_port_state: str | None = None
+    pci: PciLink | None = Field(default=None, exclude_if=_absent,
+                                description="The HBA's PCI function above this host")
 
 
 class PartitionInfo(_Model):
-    number: int | None = None
-    start_sector: int  # in 512-byte units, as sysfs reports
-    size_sectors: int
+    number: Count | None = None
+    start_sector: Count  # in 512-byte units, as sysfs reports
+    size_sectors: Count
     aligned: bool = Field(description="Start aligned to every applicable boundary below")
     aligned_1mib: bool
     aligned_optimal_io: bool | None = Field(
@@ -172,26 +198,34 @@ class PartitionInfo(_Model):
     aligned_md_chunk: bool | None = Field(
         default=None, description="None unless the partition is an md member"
     )
-    misalignment_bytes: int = 0
+    misalignment_bytes: Count = 0
 
 
 class MdMember(_Model):
     device: DeviceName  # kernel name of the member (sdb1)
-    slot: int | None = None
+    slot: Members | None = None
     state: list[str] = Field(default_factory=list)  # in_sync, faulty, spare, write_mostly...
-    errors: int | None = None
+    errors: Count | None = None
 
 
 class MdInfo(_Model):
     level: str | None = None  # raid0/1/4/5/6/10, linear
-    chunk_bytes: int | None = None
-    raid_disks: int | None = None
+    chunk_bytes: Count | None = None
+    raid_disks: Members | None = None
     members: list[MdMember] = Field(default_factory=list, max_length=MAX_DEVICES)
-    degraded: int | None = None
+    degraded: Members | None = None
     sync_action: str | None = None
     array_state: str | None = None
     uuid: str | None = None
     metadata_version: str | None = None
+    sync_completed: str | None = Field(default=None, exclude_if=_absent,
+                                       description='md/sync_completed: "none" or "done / total" sectors')
+    sync_speed_min_kib: Count | None = Field(default=None, exclude_if=_absent,
+                                           description="Effective resync floor, KiB/s")
+    sync_speed_max_kib: Count | None = Field(default=None, exclude_if=_absent,
+                                           description="Effective resync ceiling, KiB/s")
+    component_bytes: Count | None = Field(default=None, exclude_if=_absent,
+                                        description="Space used on each member")
 
 
 class DmInfo(_Model):
@@ -212,11 +246,11 @@ class Device(_Model):
     devno: str | None = Field(default=None, pattern=r"^[0-9]{1,10}:[0-9]{1,10}$")  # major:minor
     sysfs_path: SysfsPath | None = Field(default=None,
                                          description="Resolved path relative to the sysfs root")
-    size_bytes: int | None = None
-    logical_block_size: int | None = None
-    physical_block_size: int | None = None
-    minimum_io_size: int | None = None
-    optimal_io_size: int | None = None
+    size_bytes: Count | None = None
+    logical_block_size: Count | None = None
+    physical_block_size: Count | None = None
+    minimum_io_size: Count | None = None
+    optimal_io_size: Count | None = None
     rotational: bool | None = None
     removable: bool | None = None
     read_only: bool | None = None
@@ -228,6 +262,22 @@ class Device(_Model):
     wwn: str | None = None
     scsi_address: str | None = None  # H:C:T:L
     scsi_host: ScsiHost | None = None
+    link_kind: Literal["sas-phy", "ata-link"] | None = Field(
+        default=None, exclude_if=_absent, description="The link the disk hangs on, when sysfs shows it")
+    link_name: str | None = Field(default=None, exclude_if=_absent,
+                                  description="phy-0:3 (sas_phy) or link2 (ata_link)")
+    link_rate: str | None = Field(
+        default=None, exclude_if=_absent,
+        description='Negotiated rate as sysfs prints it: "6.0 Gbit" (sas_phy), "6.0 Gbps" (ata_link)')
+    rotation_rpm: Count | None = Field(
+        default=None, exclude_if=_absent,
+        description="Medium rotation rate from VPD page B1 (SCSI/SATA); 1 = not rotating")
+    pci: PciLink | None = Field(default=None, exclude_if=_absent,
+                                description="NVMe: the controller's PCI function and link")
+    alignment_offset: Annotated[int, Field(ge=-1, le=U64_MAX)] | None = Field(
+        default=None, exclude_if=_absent,
+        description="Bytes the device's start is off its lower devices' natural alignment"
+                    " (sysfs alignment_offset; -1: cannot be aligned)")
     driver: str | None = Field(default=None, description="Driver bound to the device's controller")
     roles: list[Role] = Field(default_factory=list, max_length=len(Role))
     parent: DeviceName | None = Field(default=None, description="Whole disk of a partition")
@@ -239,6 +289,9 @@ class Device(_Model):
     dm: DmInfo | None = None
     mounts: list[Mount] = Field(default_factory=list, max_length=MAX_DEVICES)
     tunables: dict[str, TunableState] = Field(default_factory=dict, max_length=256)
+    controller: VolumeRef | None = Field(
+        default=None, exclude_if=_absent,
+        description="The hardware RAID virtual drive this disk is, when a vendor tool maps it")
 
 
 class Topology(_Model):
@@ -246,8 +299,14 @@ class Topology(_Model):
     kernel: str | None = None
     devices: list[Device] = Field(default_factory=list, max_length=MAX_DEVICES)
     host_tunables: dict[str, TunableState] = Field(default_factory=dict, max_length=256)
+    memory_bytes: Count | None = Field(default=None, exclude_if=_absent,
+                                     description="MemTotal from /proc/meminfo")
     warnings: list[Annotated[str, Field(max_length=2 * TEXT_MAX)]] = Field(
         default_factory=list, max_length=4 * MAX_DEVICES, description="What discovery could not read")
+    controllers: ControllerInventory | None = Field(
+        default=None, exclude_if=_absent,
+        description="Hardware RAID controllers as their vendor tools report them; None when the"
+                    " agent did not ask (no vendor tool on its tool path)")
 
     @field_validator("devices")
     @classmethod
@@ -268,6 +327,10 @@ class Topology(_Model):
 
     def structure_hash(self) -> str:
         """Hash of the device graph without tunable values: changes when hardware does."""
-        payload = [dev.model_dump(mode="json", exclude={"tunables"}) for dev in self.devices]
+        # sync_completed moves every second of a resync: progress, not hardware
+        # a battery's state moves with its learn cycle: not hardware either
+        payload = [dev.model_dump(mode="json", exclude={"tunables": True, "md": {"sync_completed"},
+                                                        "controller": {"backup"}})
+                   for dev in self.devices]
         blob = json.dumps({"host": self.hostname, "devices": payload}, sort_keys=True)
         return hashlib.sha256(blob.encode()).hexdigest()[:16]

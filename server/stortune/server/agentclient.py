@@ -40,6 +40,7 @@ from stortune.api.agent.wire import (
     SettingKey,
 )
 from stortune.schemas import planner
+from stortune.schemas.analysis.probe import ProbeResult
 from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.plan import Plan
 from stortune.schemas.profile import StorageProfile
@@ -132,6 +133,13 @@ class AgentClient(Protocol):
         ...
 
     async def forget_benchmark(self, run_id: str) -> bool:
+        ...
+
+    async def start_probe(self, probe_id: str, device: str | None) -> BenchmarkProgress:
+        """Start (or find, when repeated) a probe; its progress streams through watch_benchmark."""
+        ...
+
+    async def get_probe_result(self, probe_id: str) -> tuple[BenchmarkProgress, ProbeResult | None]:
         ...
 
     async def collect_diagnostics(self, command_timeout_s: float = 0.0) -> bytes:
@@ -304,6 +312,14 @@ class GrpcAgentClient:
         return await self._call("ForgetBenchmark", wire.forget_request(run_id), self._timeouts.read,
                                 wire.forget_from)
 
+    async def start_probe(self, probe_id: str, device: str | None) -> BenchmarkProgress:
+        return await self._call("StartProbe", wire.probe_request(probe_id, device), self._timeouts.apply,
+                                lambda response: wire.probe_from(response)[1])
+
+    async def get_probe_result(self, probe_id: str) -> tuple[BenchmarkProgress, ProbeResult | None]:
+        return await self._call("GetProbeResult", wire.probe_result_request(probe_id),
+                                self._timeouts.read, wire.probe_result_from)
+
     async def collect_diagnostics(self, command_timeout_s: float = 0.0) -> bytes:
         stub = self._clients.stub(self.address, self.host)
         call = stub.CollectDiagnostics(wire.diagnostics_request(command_timeout_s),
@@ -425,6 +441,10 @@ class FakeAgentClient:
     #: The bundle collect_diagnostics returns (a packed Bundle); when the test sets none,
     #: a bundle holding just the topology, as the smallest a real agent sends.
     diagnostics: bytes = b""
+    #: Probes started through start_probe: probe id -> device; what get_probe_result answers
+    #: for a probe the test has concluded (``probe_results``).
+    probes: dict[str, str | None] = field(default_factory=dict)
+    probe_results: dict[str, ProbeResult] = field(default_factory=dict)
     calls: list[tuple[str, Any]] = field(default_factory=list)
     #: (device_id, tunable) -> (device name, value before stortune first wrote it)
     originals: dict[SettingKey, tuple[str, int | str | None]] = field(default_factory=dict)
@@ -592,6 +612,26 @@ class FakeAgentClient:
         for table in (self.started, self.outcomes, self.benchmarks):
             table.pop(run_id, None)
         return known
+
+    async def start_probe(self, probe_id: str, device: str | None) -> BenchmarkProgress:
+        self._enter("start_probe", (probe_id, device))
+        if probe_id not in self.probes:
+            for other in [*self.started, *self.probes]:
+                if not self._latest(other).finished:
+                    raise AgentBusy(self.address, f"busy: benchmark {other} running", "ABORTED")
+            self.probes[probe_id] = device
+            self.benchmarks.setdefault(probe_id, [BenchmarkProgress(run_id=probe_id, state="queued")])
+        return self._latest(probe_id)
+
+    async def get_probe_result(self, probe_id: str) -> tuple[BenchmarkProgress, ProbeResult | None]:
+        self._enter("get_probe_result", probe_id)
+        if probe_id not in self.probes:
+            raise AgentNotFound(self.address, f"no benchmark run {probe_id!r} on this agent", "NOT_FOUND")
+        result = self.probe_results.get(probe_id)
+        if result is not None:
+            return BenchmarkProgress(run_id=probe_id, state=result.state, percent=100.0,
+                                     message=result.message), result
+        return self._latest(probe_id), None
 
     async def collect_diagnostics(self, command_timeout_s: float = 0.0) -> bytes:
         self._enter("collect_diagnostics", command_timeout_s)

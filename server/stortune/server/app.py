@@ -11,7 +11,7 @@ import anyio.to_thread
 from fastapi import FastAPI
 
 from stortune.server.agentclient import AgentClientFactory, AgentClients
-from stortune.server.api import docs, handlers, openapi, security
+from stortune.server.api import docs, handlers, openapi
 from stortune.server.api.access import AccessControl, Authenticator
 from stortune.server.api.audit import Auditor
 from stortune.server.api.cached_reads import CachedReads
@@ -19,16 +19,22 @@ from stortune.server.api.deps import Clock
 from stortune.server.api.limits import BodyLimits
 from stortune.server.api.ratelimit import RateLimiter
 from stortune.server.api.rendered import DocumentCache, RenderedCache
-from stortune.server.api.router import API_PREFIX, OPENAPI_TAGS, include_api
+from stortune.server.api.router import API_PREFIX, OPENAPI_TAGS, include_api, route_templates
+from stortune.server.api.routes import metrics as metrics_route
+from stortune.server.api.sharedlimits import SharedRateLimiter
 from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.controller import Controller, bind
 from stortune.server.db.engine import API_THREADS, make_engine, make_sessions
 from stortune.server.db.migrate import upgrade
+from stortune.server.metrics import FleetState, Recorder
+from stortune.server.metrics.exposition import FleetExposition
+from stortune.server.metrics.http import RequestMetrics
 from stortune.server.reconciler import Reconciler
 from stortune.server.services.agent_pki import AgentPki
 from stortune.server.services.pacing import FleetSize
 from stortune.server.services.versions import VersionReader
 from stortune.server.settings import Settings
+from stortune.server.shards import SHARDS, AllShards, Notices, Ownership, ShardKeeper
 from stortune.server.tune.driver import ExperimentDriver
 
 VERSION = "0.1.0"
@@ -81,28 +87,46 @@ def create_app(
     # The one factory of agent clients: the reconciler, benchmark runs and diagnostics share it.
     if agents is None:
         agents = AgentClients(tls=pki.client if pki is not None else None)
+    recorder = Recorder()  # counts from this process's start (Prometheus counter semantics)
     versions = VersionReader(sessions)  # shared: API GETs and drift checks read it in the same batches
+    # Servers sharing a PostgreSQL database divide the hosts by shard leases; on SQLite one owns all.
+    shared = engine.dialect.name == "postgresql"
+    ownership: Ownership = (ShardKeeper(engine, lease_s=settings.shard_lease_s, metrics=recorder) if shared
+                            else AllShards())
+    ownership.install(sessions)
+    if not shared:
+        recorder.shards_owned_from(lambda: SHARDS)
+    notices: Notices | None = None
     if controller is None:
-        controller = Reconciler(
+        reconciler = Reconciler(
             sessions, agents,
             interval=settings.reconcile_interval_s, workers=settings.reconcile_workers, clock=now,
-            versions=versions,
+            versions=versions, ram_share=settings.stripe_cache_ram_share, metrics=recorder,
+            ownership=ownership,
         )
+        if shared:
+            notices = reconciler.notices = Notices(engine, reconciler.noticed)
+        controller = reconciler
     bind(sessions, controller)
     running = controller if isinstance(controller, Runnable) else None
     # The benchmark run queue (its rows survive restarts), run with the app like the reconciler.
     dispatcher = BenchmarkDispatcher(sessions, agents, clock=now, interval=settings.benchmark_interval_s,
-                                     unreachable_timeout=settings.benchmark_unreachable_timeout_s)
+                                     unreachable_timeout=settings.benchmark_unreachable_timeout_s,
+                                     ownership=ownership)
     # Tuning experiments: per host one trial at a time, each a run of the benchmark queue.
     experiments = ExperimentDriver(sessions, agents, dispatcher, clock=now,
                                    interval=settings.experiment_interval_s,
-                                   unreachable_timeout=settings.benchmark_unreachable_timeout_s)
+                                   unreachable_timeout=settings.benchmark_unreachable_timeout_s,
+                                   ownership=ownership)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # Sync routes and dependencies run on anyio's threadpool; bounded so the
         # database pool always has a connection for each of its threads (engine.py).
         anyio.to_thread.current_default_thread_limiter().total_tokens = API_THREADS
+        await ownership.start()  # first: the workers below start on the shards held
+        if notices is not None:
+            notices.start()
         if running is not None:
             await running.start()
         await dispatcher.start()
@@ -114,6 +138,9 @@ def create_app(
             await dispatcher.stop()
             if running is not None:
                 await running.stop()
+            await ownership.stop()  # its shards go to the others now, not when their leases run out
+            if notices is not None:
+                notices.stop()
             close = getattr(agents, "close", None)  # the reconciler may have closed it already
             if close is not None:
                 await close()
@@ -136,25 +163,32 @@ def create_app(
     app.state.agents = agents
     app.state.benchmarks = dispatcher
     app.state.experiments = experiments
+    app.state.ownership = ownership
     app.state.agent_pki = pki
     app.state.clock = now
     app.state.rendered = RenderedCache()
     app.state.host_documents = DocumentCache()
     app.state.versions = versions
+    app.state.metrics = recorder
+    app.state.metrics_fleet = FleetExposition(FleetState(sessions))
     app.state.fleet_size = FleetSize(sessions)
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
-    app.state.rate_limiter = RateLimiter()
+    # Several servers share a PostgreSQL database: their rate limits must be one.
+    app.state.rate_limiter = (SharedRateLimiter(engine) if engine.dialect.name == "postgresql"
+                              else RateLimiter())
     authenticator = Authenticator(sessions, now, cache_s=settings.token_cache_s)
     app.state.authenticator = authenticator
     include_api(app)
-    security.check_routes(app, API_PREFIX)
     # Added innermost first: authentication (and the audit record) wraps the cached reads
     # (which need the caller) and the body limits, so a call refused for its size by a
     # known caller is audited too.
     app.add_middleware(BodyLimits, max_bytes=settings.max_body_bytes, max_depth=settings.max_document_depth)
     app.add_middleware(CachedReads, api_prefix=API_PREFIX)
     app.add_middleware(AccessControl, authenticator=authenticator,
-                       auditor=Auditor(sessions, now, API_PREFIX), prefix=API_PREFIX)
+                       auditor=Auditor(sessions, now, API_PREFIX), prefix=API_PREFIX,
+                       paths=frozenset({metrics_route.PATH}))
+    # Outermost: the time a caller waits, refusals included.
+    app.add_middleware(RequestMetrics, recorder=recorder, templates=route_templates)
     handlers.install(app)
     openapi.install(app, API_PREFIX)
     docs.install(app)

@@ -31,6 +31,8 @@ class Role(StrEnum):
     VIEWER = "viewer"
     SUPPORT = "support"
     AGENT = "agent"
+    # A Prometheus server's scrape token: /metrics and nothing else.
+    METRICS = "metrics"
 
 
 class Permission(StrEnum):
@@ -55,21 +57,29 @@ class Permission(StrEnum):
     ACT_FOR_ANY_HOST = "act for any host"
     MANAGE_TOKENS = "manage tokens"
     READ_AUDIT = "read the audit log"
+    # Arithmetic over the request alone (RAID planning): reads and stores nothing.
+    PLAN_STORAGE = "plan storage"
+    # /metrics: fleet conditions and settings, counts of what the control plane did; no secrets.
+    READ_METRICS = "read metrics"
 
 
 _P = Permission
-_READ = frozenset({_P.READ_PROFILES, _P.READ_HOSTS, _P.READ_EVENTS, _P.READ_BENCHMARKS, _P.READ_EXPERIMENTS})
+_READ = frozenset({_P.READ_PROFILES, _P.READ_HOSTS, _P.READ_EVENTS, _P.READ_BENCHMARKS, _P.READ_EXPERIMENTS,
+                   _P.READ_METRICS})
 
 #: The one table of who may do what. Admin is everything, the agent calls
 #: included (an admin may register a host by hand, for any host); the bootstrap
-#: token of agents may do nothing else, and for an enrolled host only with its key.
+#: token of agents may do nothing else (but plan storage, which touches no data), and for an
+#: enrolled host only with its key.
 ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = {
     Role.ADMIN: frozenset(Permission),
-    Role.OPERATOR: _READ | {_P.WRITE_PROFILES, _P.LABEL_HOSTS, _P.RUN_BENCHMARKS, _P.RUN_EXPERIMENTS},
-    Role.VIEWER: _READ,
+    Role.OPERATOR: _READ | {_P.WRITE_PROFILES, _P.LABEL_HOSTS, _P.RUN_BENCHMARKS, _P.RUN_EXPERIMENTS,
+                            _P.PLAN_STORAGE},
+    Role.VIEWER: _READ | {_P.PLAN_STORAGE},
     Role.SUPPORT: frozenset({_P.READ_HOSTS, _P.READ_EVENTS, _P.READ_DIAGNOSTICS, _P.READ_BENCHMARKS,
-                             _P.READ_EXPERIMENTS}),
-    Role.AGENT: frozenset({_P.REPORT_AS_AGENT}),
+                             _P.READ_EXPERIMENTS, _P.PLAN_STORAGE}),
+    Role.AGENT: frozenset({_P.REPORT_AS_AGENT, _P.PLAN_STORAGE}),
+    Role.METRICS: frozenset({_P.READ_METRICS}),
 }
 
 #: Roles whose tokens name the hosts they may see (and must expire).

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import logging
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ from sqlalchemy.orm import Session
 from stortune.api.agent import CONTROL_PLANE_NAME
 from stortune.api.agent.tls import CA_CERT, TLSError, init_pki, load_pki
 from stortune.api.agent.tls import expires as cert_expires
+from stortune.schemas import stripecache
 from stortune.schemas.cliparser import Parser
 from stortune.server.app import create_app
 from stortune.server.auth import Role
@@ -36,6 +38,12 @@ from stortune.server.settings import (
     default_db_url,
 )
 
+#: The environment variable holding --stripe-cache-ram-share (deploy/stortune-server.default).
+RAM_SHARE_ENV = "STORTUNE_STRIPE_CACHE_RAM_SHARE"
+#: The environment variable holding --db: a PostgreSQL URL carries a password, which an
+#: environment filled from a Kubernetes Secret keeps out of the command line and `ps`.
+DB_ENV = "STORTUNE_DB"
+
 _TOKENS_DESCRIPTION = """\
 Manage API tokens directly on the database (no running server or token needed):
 how the first admin token comes to exist when the files written at first start
@@ -48,7 +56,7 @@ def _database(parser: argparse.ArgumentParser, *, top: bool) -> None:
     default: Any = DEFAULT_STATE_DIR if top else argparse.SUPPRESS
     parser.add_argument("--db", metavar="URL", default=None if top else argparse.SUPPRESS,
                         help="SQLAlchemy URL: sqlite:///PATH or postgresql+psycopg://USER@HOST/DB "
-                             "(default: sqlite in --state-dir)")
+                             f"(default ${DB_ENV}, else sqlite in --state-dir)")
     parser.add_argument("--state-dir", type=Path, default=default,
                         help="where the default SQLite database lives, and the first start's token "
                              f"files (default {DEFAULT_STATE_DIR})")
@@ -117,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="hosts reconciled concurrently (default 16)")
     parser.add_argument("--lease-duration", type=float, default=40, metavar="SECONDS",
                         help="an agent whose heartbeat is this late is unreachable (default 40)")
+    parser.add_argument("--shard-lease", type=float, default=15, metavar="SECONDS",
+                        help="several servers on one PostgreSQL database: a server that stops"
+                             " renewing its shards of the hosts loses them to the others after this"
+                             " long (default 15)")
     parser.add_argument("--heartbeat-interval", type=float, default=10, metavar="SECONDS",
                         help="how often agents are told to heartbeat (default 10)")
     parser.add_argument("--max-heartbeats-per-second", type=float, default=5, metavar="N",
@@ -131,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--experiment-max-grid", type=int, default=4096, metavar="POINTS",
                         help="refuse tuning experiments whose grid holds more points (default and "
                              "most 4096)")
+    parser.add_argument("--stripe-cache-ram-share", metavar="FRACTION",
+                        help="refuse an md stripe_cache_size costing more than this share of a host's"
+                             f" RAM, 0 < FRACTION <= 1 (default ${RAM_SHARE_ENV}, else"
+                             f" {stripecache.DEFAULT_RAM_SHARE})")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     _pki(parser, top=True)
     parser.add_argument("--insecure", action="store_true",
@@ -170,6 +186,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _ram_share(given: str | None) -> float:
+    """--stripe-cache-ram-share, else $STORTUNE_STRIPE_CACHE_RAM_SHARE, else the default; a bad
+    value is a ValueError naming where it came from."""
+    where, text = "--stripe-cache-ram-share", given
+    if text is None:
+        where, text = f"${RAM_SHARE_ENV}", os.environ.get(RAM_SHARE_ENV)
+    if text is None or (given is None and not text.strip()):
+        return stripecache.DEFAULT_RAM_SHARE
+    try:
+        return stripecache.parse_ram_share(text)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
 def _print_errors(exc: ValidationError) -> None:
     for err in exc.errors(include_url=False):
         where = ".".join(str(p) for p in err["loc"])
@@ -178,8 +208,12 @@ def _print_errors(exc: ValidationError) -> None:
 
 
 def _db_url(args: argparse.Namespace) -> str:
+    """--db, else $STORTUNE_DB (when not blank), else SQLite in the state directory."""
     if args.db is not None:
         return str(args.db)
+    from_env = os.environ.get(DB_ENV, "").strip()
+    if from_env:
+        return from_env
     args.state_dir.mkdir(parents=True, exist_ok=True)
     return default_db_url(args.state_dir)
 
@@ -260,15 +294,21 @@ def main(argv: list[str] | None = None) -> int:
     else:
         logging.getLogger("stortune.server").warning(
             "--insecure: agents are dialled in plaintext and can be impersonated; local development only")
+    try:
+        ram_share = _ram_share(args.stripe_cache_ram_share)
+    except ValueError as exc:
+        print(f"stortune-server: {exc}", file=sys.stderr)
+        return 1
     db_url = _db_url(args)
     try:
         settings = Settings(
+            stripe_cache_ram_share=ram_share,
             db_url=db_url, listen=args.listen, reconcile_interval_s=args.reconcile_interval,
             reconcile_workers=args.reconcile_workers, lease_duration_s=args.lease_duration,
             heartbeat_interval_s=args.heartbeat_interval,
             max_heartbeats_per_s=args.max_heartbeats_per_second, max_body_bytes=args.max_body_size,
             rate_limits=dict(args.rate_limit), agent_pki=pki_dir,
-            experiment_max_grid=args.experiment_max_grid,
+            experiment_max_grid=args.experiment_max_grid, shard_lease_s=args.shard_lease,
         )
     except ValidationError as exc:
         _print_errors(exc)

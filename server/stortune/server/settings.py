@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from stortune.schemas.stripecache import DEFAULT_RAM_SHARE
+
 DEFAULT_STATE_DIR = Path("/var/lib/stortune-server")
 DEFAULT_LISTEN = "127.0.0.1:8080"
 #: The largest request body: a topology of a large host is a few MiB; profiles are kilobytes.
@@ -59,6 +61,9 @@ class Settings(BaseModel):
     experiment_max_grid: int = Field(default=4096, ge=1, le=4096)
     # The experiment queue is looked at this often (and at once when one is submitted or cancelled).
     experiment_interval_s: float = Field(default=5, gt=0, le=60)
+    # Several servers on one PostgreSQL database divide the hosts into shards (shards/keeper.py).
+    # A server that stops renewing its leases loses them after this long; it renews every third.
+    shard_lease_s: float = Field(default=15, ge=1, le=300)
     # How long an accepted token is trusted without reading its row again. A revocation
     # through this server is immediate; other servers sharing the database see it this late.
     token_cache_s: float = Field(default=10, ge=0, le=300)
@@ -66,6 +71,9 @@ class Settings(BaseModel):
     # (tls.init_pki); the control plane dials agents with mutual TLS. None: plaintext to agents,
     # which `stortune-server` allows only with --insecure.
     agent_pki: Path | None = None
+    # A stripe_cache_size costing more than this share of a host's RAM is refused: by the
+    # reconciler's and dry runs' planning, and said by the host analysis' checks.
+    stripe_cache_ram_share: float = Field(default=DEFAULT_RAM_SHARE, gt=0, le=1)
 
     @field_validator("rate_limits")
     @classmethod

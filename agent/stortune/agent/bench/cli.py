@@ -25,6 +25,7 @@ from stortune.agent import render
 from stortune.agent.bench.manager import BenchmarkManager
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.local import AgentError
+from stortune.schemas.analysis import verdict as bottleneck_verdict
 from stortune.schemas.bench import metrics, units
 from stortune.schemas.bench.results import BenchmarkResult, RunProgress
 from stortune.schemas.bench.spec import BenchmarkSpec, load_benchmark, parse_benchmark
@@ -146,6 +147,11 @@ def print_result(result: BenchmarkResult, baseline: BenchmarkResult | None = Non
     if devices:
         render.table("devices (from /proc/diskstats)", ["step", "device", "relation", "util", "IOPS",
                                                         "throughput", "await ms", ""], devices, out)
+    verdict_lines = bottleneck_verdict.lines(result.bottlenecks, result.slow_members, result.balance)
+    if verdict_lines:
+        print("where the limit is:", file=out)
+        for text, _ in verdict_lines:
+            print(f"  {text}", file=out)
     if result.verdict is not None:
         render.table("thresholds", ["", "check"],
                      [["pass" if o.passed else "FAIL", o.message] for o in result.verdict.outcomes], out)

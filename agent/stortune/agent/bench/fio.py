@@ -6,8 +6,11 @@ progress (``--eta=always``: fio prints it even to a pipe). fio starts in its
 own session, so cancelling signals the whole process group: SIGTERM (fio stops
 its jobs and still writes what it measured), then SIGKILL after a grace
 period, and the group is killed again once the leader has exited, before it is
-reaped, so no job process outlives the run and the group id cannot be reused
-in between; a stopped run returns once the killed job processes are gone (they
+reaped, so the group id cannot be reused in between. fio's job processes call
+setsid() themselves, so the group does not hold them: a leader killed while it
+was still starting its jobs leaves them waiting forever for its go. They are
+found by the command line they inherited (it ends in this run's job file) and
+killed as well. A stopped run returns once the killed processes are gone (they
 finish their in-flight I/O first). Tests use a fake runner; nothing else spawns fio.
 """
 
@@ -89,6 +92,8 @@ class FioInvocation:
     stderr: Path
     cwd: Path
     timeout: float | None = None  # seconds; the run is stopped (not cancelled) past it
+    #: fio --readonly: fio refuses to start any write job (a command-line switch, not a job option)
+    readonly: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,10 +117,18 @@ class FioRunner(Protocol):
         ...
 
 
+#: How long a stopped run waits for its SIGKILLed job processes: they finish the direct I/O
+#: they have in flight first, which on a loaded host (a loop device over a busy disk) can take
+#: far longer than the grace a running fio gets to stop by itself.
+REAP_WAIT_S = 60.0
+
+
 class SubprocessFioRunner:
-    def __init__(self, binary: str = "fio", *, kill_grace: float = 5.0) -> None:
+    def __init__(self, binary: str = "fio", *, kill_grace: float = 5.0,
+                 reap_wait: float = REAP_WAIT_S) -> None:
         self.binary = binary
         self.kill_grace = kill_grace
+        self.reap_wait = reap_wait
         self._version: str | None = None
 
     def _exe(self) -> str:
@@ -137,7 +150,8 @@ class SubprocessFioRunner:
     def run(self, invocation: FioInvocation, *, on_status: Callable[[FioStatus], None],
             cancel: threading.Event, on_start: Callable[[int], None] | None = None) -> FioOutcome:
         argv = [self._exe(), "--output-format=json", f"--output={invocation.output}",
-                "--eta=always", "--eta-newline=1", "--eta-interval=1", str(invocation.job_file)]
+                "--eta=always", "--eta-newline=1", "--eta-interval=1",
+                *(["--readonly"] if invocation.readonly else []), str(invocation.job_file)]
         with open(invocation.stderr, "wb") as err:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                     stderr=err, cwd=invocation.cwd, start_new_session=True,
@@ -146,6 +160,7 @@ class SubprocessFioRunner:
         reader = threading.Thread(target=_read_status, args=(proc.stdout.fileno(), on_status),
                                   name="stortune-fio-status", daemon=True)
         reader.start()
+        job = str(invocation.job_file)
         cancelled = timed_out = stopped = False
         try:
             if on_start is not None:
@@ -155,18 +170,19 @@ class SubprocessFioRunner:
                 if cancel.is_set() or (deadline is not None and time.monotonic() > deadline):
                     cancelled, timed_out = cancel.is_set(), not cancel.is_set()
                     stopped = True
-                    self._stop(proc.pid)
+                    self._stop(proc.pid, job)
                     break
                 cancel.wait(0.1)
         except BaseException:
             stopped = True
-            self._stop(proc.pid)
+            self._stop(proc.pid, job)
             raise
         finally:
             _kill_group(proc.pid, signal.SIGKILL)  # job processes left behind by the leader
+            orphans = kill_fio_of(job)  # a leader that died by itself may leave them too
             returncode = proc.wait()
-            if stopped:
-                _wait_group_gone(proc.pid, self.kill_grace)
+            if stopped or orphans:
+                _wait_gone(proc.pid, job, self.reap_wait)
             reader.join(5)
             proc.stdout.close()
         return FioOutcome(
@@ -174,13 +190,15 @@ class SubprocessFioRunner:
             cancelled=cancelled, timed_out=timed_out, pid=proc.pid,
         )
 
-    def _stop(self, pid: int) -> None:
-        """SIGTERM the group, SIGKILL it after the grace period; returns once the leader exited."""
+    def _stop(self, pid: int, job: str) -> None:
+        """SIGTERM the group, SIGKILL it and the job processes after the grace period; returns
+        once the leader exited."""
         _kill_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + self.kill_grace
         while not _exited(pid):
             if time.monotonic() > deadline:
                 _kill_group(pid, signal.SIGKILL)
+                kill_fio_of(job)
                 os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
                 return
             time.sleep(0.05)
@@ -191,13 +209,38 @@ def _exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _wait_group_gone(pgid: int, timeout: float) -> None:
-    """Until no live process is left in the group (bounded): a killed job process still
+def _wait_gone(pgid: int, job: str, timeout: float) -> None:
+    """Until no live process of the run is left (bounded): a killed job process still
     finishes the direct I/O it has in flight before it exits. Zombies (their parent, or an
-    init that does not reap, has yet to collect them) hold nothing and are not waited for."""
+    init that does not reap, has yet to collect them) hold nothing and are not waited for.
+    A job the leader forked just before it died is killed here too."""
     deadline = time.monotonic() + timeout
-    while _live_in_group(pgid) and time.monotonic() < deadline:
+    while (_live_in_group(pgid) or kill_fio_of(job)) and time.monotonic() < deadline:
         time.sleep(0.02)
+
+
+def kill_fio_of(job: str) -> list[int]:
+    """SIGKILL every live process whose command line ends in the job file ``job``."""
+    return kill_fio_running(lambda last: last == job)
+
+
+def kill_fio_running(match: Callable[[str], bool]) -> list[int]:
+    """SIGKILL every live process whose last command-line argument (fio's job file; its job
+    processes inherit the leader's command line, a zombie's is empty) ``match``es; the pids
+    signalled. This host's own /proc: processes the agent started are no kernel fact to fake."""
+    hit = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().rstrip(b"\0").split(b"\0")
+            if not match(argv[-1].decode("utf-8", "replace")):
+                continue
+            os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:  # gone meanwhile (ProcessLookupError is one)
+            continue
+        hit.append(int(entry.name))
+    return hit
 
 
 def _live_in_group(pgid: int) -> bool:

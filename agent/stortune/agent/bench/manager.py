@@ -31,7 +31,7 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -47,19 +47,28 @@ from stortune.agent.bench.fio import (
     FioRunner,
     FioStatus,
     SubprocessFioRunner,
+    kill_fio_running,
 )
 from stortune.agent.bench.sampler import DiskstatsSampler
 from stortune.agent.bench.store import RunStore, check_run_id, new_run_id
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.probe.store import load_measured
 from stortune.agent.tools import ToolRunner
+from stortune.schemas.analysis import layers, verdict
+from stortune.schemas.analysis.model import DeviceAnalysis, MeasuredCeiling
 from stortune.schemas.bench import fiojob, fioresult
 from stortune.schemas.bench.results import BenchmarkResult, DeviceStats, RunProgress, RunState, StepRun
 from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.bench.steps import WorkloadStep
+from stortune.schemas.topology import Topology
 
 log = logging.getLogger("stortune.agent.bench")
 
 ProgressSink = Callable[[RunProgress], None]
+#: The target's layer model from the topology and the measured ceilings (by device name).
+Analyzer = Callable[[Topology, str, Mapping[str, MeasuredCeiling]], DeviceAnalysis]
+#: The probe's measured ceilings as they stand when a run concludes.
+MeasuredSource = Callable[[], Mapping[str, MeasuredCeiling]]
 _BLKFLSBUF = 0x1261  # linux/fs.h: write back and drop a block device's cached pages
 #: fio's live figures are preferred to diskstats' while they are this fresh (seconds).
 _FRESH = 3.0
@@ -80,6 +89,7 @@ class _Run:
     fio_pid: int | None = None
     fio_status: tuple[float, FioStatus] | None = None
     claimed: bool = False  # file targets: the file is the run's (recorded busy)
+    topology: Topology | None = None  # as the run started: the verdict's layers come from it
     created: bool = False  # file targets: this run made the file
 
 
@@ -92,7 +102,8 @@ class BenchmarkManager:
     def __init__(self, fs: KernelFS, state_dir: Path, *, runner: FioRunner | None = None,
                  on_progress: ProgressSink | None = None, sample_interval: float = 1.0,
                  agent_version: str | None = None, apply_wait: float = 60.0,
-                 tools: ToolRunner | None = None, bench_dirs: Sequence[Path] = ()) -> None:
+                 tools: ToolRunner | None = None, bench_dirs: Sequence[Path] = (),
+                 analyzer: Analyzer | None = None, measured: MeasuredSource | None = None) -> None:
         self.fs = fs
         self.state_dir = state_dir
         self.runner: FioRunner = runner or SubprocessFioRunner()
@@ -105,6 +116,12 @@ class BenchmarkManager:
         #: Where file targets may be: ``bench_dirs`` (the host's --bench-dir) and <state>/bench-files.
         self.files = BenchFiles(fs, state_dir, bench_dirs)
         self.store = RunStore(state_dir)
+        #: Builds the target's layers for the bottleneck verdict (default: the analysis of
+        #: schemas.analysis.layers, the same as `stortune-agent analyze`).
+        self.analyzer: Analyzer = analyzer or layers.device_analysis
+        #: Measured ceilings: by default what probes stored in this state directory (none stored:
+        #: the analysis uses class and link ceilings).
+        self.measured = measured or (lambda: {c.device: c for c in load_measured(state_dir)})
         self._lock = threading.Lock()
         self._publish_lock = threading.Lock()
         self._active: _Run | None = None
@@ -217,7 +234,7 @@ class BenchmarkManager:
             if run.target.is_file:
                 run.created = self.files.claim(run.target.info.path, run.run_id)
                 run.claimed = True
-            topology = local.discover(self.fs)
+            topology = run.topology = local.discover(self.fs)
             result.context = ctx.capture(self.fs, topology, run.target, self.state_dir,
                                          agent_version=self.agent_version,
                                          fio_version=self.runner.version())
@@ -257,6 +274,7 @@ class BenchmarkManager:
             self._release_file(run, result)
             final = result.model_copy(update={"state": state, "finished_at": time.time()})
             final = final.concluded(run.spec.spec.thresholds)
+            final = self._judged(run, final)
             if state == "done":
                 message = _summary(final)
             final.message = message
@@ -270,6 +288,23 @@ class BenchmarkManager:
             self._publish(run, state, percent=100.0 if state == "done" else None, message=message,
                           persist=True)
             run.done.set()
+
+    def _judged(self, run: _Run, result: BenchmarkResult) -> BenchmarkResult:
+        """The result with its bottleneck verdict, slow members and path balance; a verdict
+        that cannot be made is a warning, never a lost result."""
+        device = run.target.info.device
+        if run.topology is None or not result.runs:
+            return result
+        try:
+            analysis = None
+            if device is not None:
+                analysis = self.analyzer(run.topology, device, self.measured())
+            return verdict.judged(result, run.topology, analysis)
+        except Exception as exc:
+            log.exception("benchmark %s: the bottleneck verdict failed", run.run_id)
+            if result.context is not None:
+                result.context.warnings.append(f"no bottleneck verdict: {type(exc).__name__}: {exc}")
+            return result
 
     def _release_file(self, run: _Run, result: BenchmarkResult) -> None:
         """Remove the file the run made (unless keep: true), or keep it recorded as stortune's."""
@@ -420,6 +455,8 @@ class BenchmarkManager:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
                 log.warning("killed fio (pid %d) left running by an interrupted benchmark", pid)
+        # Its job processes are in sessions of their own (fio calls setsid()).
+        kill_fio_running(lambda job: job.startswith(f"{where}/"))
 
 
 def ctx_spec(where: Path) -> dict[str, Any]:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import grpc.aio
 
     # Imported where a benchmark message is decoded: an idle agent does not hold these models.
+    from stortune.schemas.analysis.probe import ProbeResult
     from stortune.schemas.bench.results import BenchmarkResult
     from stortune.schemas.bench.spec import BenchmarkSpec
 
@@ -75,6 +76,10 @@ CancelBenchmarkRequest = pb.CancelBenchmarkRequest
 CancelBenchmarkResponse = pb.CancelBenchmarkResponse
 GetBenchmarkResultRequest = pb.GetBenchmarkResultRequest
 GetBenchmarkResultResponse = pb.GetBenchmarkResultResponse
+StartProbeRequest = pb.StartProbeRequest
+StartProbeResponse = pb.StartProbeResponse
+GetProbeResultRequest = pb.GetProbeResultRequest
+GetProbeResultResponse = pb.GetProbeResultResponse
 ForgetBenchmarkRequest = pb.ForgetBenchmarkRequest
 ForgetBenchmarkResponse = pb.ForgetBenchmarkResponse
 CollectDiagnosticsRequest = pb.CollectDiagnosticsRequest
@@ -406,10 +411,15 @@ def watch_request(run_id: str) -> pb.WatchBenchmarkRequest:
     return pb.WatchBenchmarkRequest(run_id=run_id)
 
 
+def _required(value: str, field: str) -> str:
+    """An id field the call cannot do without (proto3 sends a missing string as '')."""
+    if not value:
+        raise WireError(f"{field}: required")
+    return value
+
+
 def watch_run_id(msg: pb.WatchBenchmarkRequest) -> str:
-    if not msg.run_id:
-        raise WireError("run_id: required")
-    return msg.run_id
+    return _required(msg.run_id, "run_id")
 
 
 def progress_message(progress: BenchmarkProgress) -> pb.BenchmarkProgress:
@@ -432,9 +442,7 @@ def progress_from(msg: pb.BenchmarkProgress) -> BenchmarkProgress:
 
 # -- StartBenchmark / CancelBenchmark / GetBenchmarkResult / ForgetBenchmark -------------
 def _run_id(msg: Any) -> str:
-    if not msg.run_id:
-        raise WireError("run_id: required")
-    return str(msg.run_id)
+    return _required(str(msg.run_id), "run_id")
 
 
 def start_request(run_id: str, spec: BenchmarkSpec) -> pb.StartBenchmarkRequest:
@@ -517,6 +525,46 @@ def forget_response(forgotten: bool) -> pb.ForgetBenchmarkResponse:
 
 def forget_from(msg: pb.ForgetBenchmarkResponse) -> bool:
     return bool(msg.forgotten)
+
+
+# -- StartProbe / GetProbeResult ------------------------------------------------------
+def probe_request(probe_id: str, device: str | None) -> pb.StartProbeRequest:
+    return pb.StartProbeRequest(probe_id=probe_id, device=device or "")
+
+
+def probe_call(msg: pb.StartProbeRequest) -> tuple[str, str | None]:
+    """(probe id, device or None for every disk); the agent checks the device itself."""
+    return _required(msg.probe_id, "probe_id"), msg.device or None
+
+
+def probe_response(info: HostInfo, progress: BenchmarkProgress) -> pb.StartProbeResponse:
+    return pb.StartProbeResponse(host=host_message(info), progress=progress_message(progress))
+
+
+def probe_from(msg: pb.StartProbeResponse) -> tuple[HostInfo, BenchmarkProgress]:
+    return host_from(msg.host), progress_from(msg.progress)
+
+
+def probe_result_request(probe_id: str) -> pb.GetProbeResultRequest:
+    return pb.GetProbeResultRequest(probe_id=probe_id)
+
+
+def probe_result_id(msg: pb.GetProbeResultRequest) -> str:
+    return _required(msg.probe_id, "probe_id")
+
+
+def probe_result_response(info: HostInfo, progress: BenchmarkProgress,
+                          result: ProbeResult | None) -> pb.GetProbeResultResponse:
+    return pb.GetProbeResultResponse(
+        host=host_message(info), progress=progress_message(progress),
+        result_json=result.model_dump_json() if result is not None else "")
+
+
+def probe_result_from(msg: pb.GetProbeResultResponse) -> tuple[BenchmarkProgress, ProbeResult | None]:
+    from stortune.schemas.analysis.probe import ProbeResult
+
+    result = _decode(ProbeResult, msg.result_json, "result_json") if msg.result_json else None
+    return progress_from(msg.progress), result
 
 
 # -- CollectDiagnostics ----------------------------------------------------------------

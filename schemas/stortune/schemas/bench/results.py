@@ -16,6 +16,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stortune.schemas.analysis.model import Bottleneck, PathShare, SlowMember
 from stortune.schemas.bench import metrics
 from stortune.schemas.bench.fioresult import FioResult
 from stortune.schemas.bench.spec import Threshold
@@ -228,6 +229,13 @@ class BenchmarkResult(_Model):
     summaries: list[StepSummary] = Field(default_factory=list)
     verdict: Verdict | None = None
     iozone: list[IozoneTable] = Field(default_factory=list)
+    #: Per step, which layer was the limit (mean figures over the step's repeats); empty in
+    #: results stored before the verdict existed, and when the target's layers are unknown.
+    bottlenecks: list[Bottleneck] = Field(default_factory=list)
+    #: Members and paths slower than their peers in most of the run's step runs.
+    slow_members: list[SlowMember] = Field(default_factory=list)
+    #: Each multipath path's and HBA port's share of the I/O over the whole run, idle ones included.
+    balance: list[PathShare] = Field(default_factory=list)
 
     def summaries_by_step(self) -> dict[str, dict[str, Summary]]:
         return {s.step: dict(s.metrics) for s in self.summaries if s.metrics}

@@ -59,7 +59,9 @@ def beneath(topology: Topology, name: str) -> list[Beneath]:
 
 def drives(topology: Topology, name: str) -> int:
     """Distinct drives under a device: md members and LVM PVs add up, the paths of one
-    multipath LUN are one drive, partitions count as their disk."""
+    multipath LUN are one drive, partitions count as their disk, and a hardware RAID volume
+    counts the physical drives behind it (``controller.physical_drives``): the controller
+    spreads the I/O over them as md does over its members, so presets keep each one busy."""
 
     def leaves(dev_name: str, depth: int = 0) -> set[str]:
         dev = topology.device(dev_name)
@@ -73,7 +75,16 @@ def drives(topology: Topology, name: str) -> int:
             return {dev.parent}
         return {dev.name}
 
-    return max(1, len(leaves(name)))
+    return max(1, sum(_spindles(topology, leaf) for leaf in leaves(name)))
+
+
+def _spindles(topology: Topology, name: str) -> int:
+    """The drives one leaf stands for: a RAID volume's physical drives, else one (a
+    multipath LUN's array is not visible from the host: one drive)."""
+    dev = topology.device(name)
+    if dev is not None and dev.controller is not None and dev.controller.physical_drives:
+        return dev.controller.physical_drives
+    return 1
 
 
 def facts(topology: Topology, name: str) -> TargetFacts:

@@ -42,7 +42,7 @@ Decisions a client can rely on:
   unknown, a revoked or an expired one is 401 with ``WWW-Authenticate:
   Bearer``, before the body is read or the path routed. Each route declares
   the permission it needs (api/security.py; the app is not built otherwise)
-  and a role without it gets 403. /healthz, /docs and /openapi.json are
+  and a role without it gets 403. /healthz, /livez, /docs and /openapi.json are
   public: the API's shape is no secret, and /docs is where a token is pasted.
 - A support token's host selector is applied to every host read: a host it
   does not match answers 404 like a host that does not exist, lists leave it

@@ -113,14 +113,16 @@ class AccessControl:
     """ASGI middleware: authenticate calls under ``prefix``, audit the ones audit.wanted() names."""
 
     def __init__(self, app: ASGIApp, *, authenticator: Authenticator, auditor: audit.Auditor,
-                 prefix: str) -> None:
+                 prefix: str, paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.authenticator = authenticator
         self.auditor = auditor
         self.prefix = prefix.rstrip("/") + "/"
+        self.paths = paths  # outside the prefix, yet with a token only (/metrics)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+        if scope["type"] != "http" or not (scope["path"].startswith(self.prefix)
+                                           or scope["path"] in self.paths):
             await self.app(scope, receive, send)
             return
         try:

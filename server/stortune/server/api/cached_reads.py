@@ -21,14 +21,13 @@ api/routes/hosts.py), and the answer is built by the same function.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stortune.server.api.access import PRINCIPAL
 from stortune.server.api.rendered import kept
 from stortune.server.auth import Permission, Principal
+from stortune.server.metrics.http import ROUTE_TEMPLATE
 
 #: What reading a host, its status or the host list takes (the routes declare the same).
 READ_HOSTS = Permission.READ_HOSTS
@@ -47,7 +46,11 @@ def status_key(name: str) -> tuple[str, str]:
     return ("status", name)
 
 
-def _key(path: str, prefix: str) -> Hashable | None:
+#: The route template each kind of key stands for (under the hosts prefix).
+_TEMPLATES = {"hosts": "", "host": "/{name}", "status": "/{name}/status"}
+
+
+def _key(path: str, prefix: str) -> tuple[str, ...] | None:
     if not path.startswith(prefix):
         return None
     parts = path[len(prefix):].split("/")
@@ -68,7 +71,7 @@ class CachedReads:
         self.prefix = api_prefix.rstrip("/") + "/hosts"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        key = None
+        key: tuple[str, ...] | None = None
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("query_string"):
             principal = scope.get(PRINCIPAL)
             if isinstance(principal, Principal) and principal.can(READ_HOSTS) and not principal.scoped:
@@ -76,6 +79,7 @@ class CachedReads:
         if key is not None:
             answer = await kept(scope["app"], Headers(scope=scope), key)
             if answer is not None:
+                scope[ROUTE_TEMPLATE] = self.prefix + _TEMPLATES[key[0]]  # for the request metrics
                 await answer(scope, receive, send)
                 return
         await self.app(scope, receive, send)

@@ -12,8 +12,9 @@ or, when only some calls of a route are expensive, take a ``Quota`` and spend it
 Each (limit name, token) has a bucket of ``burst`` calls (default: a quarter
 minute's worth), refilled at ``per_minute``; ``--rate-limit NAME=PER_MINUTE``
 (Settings.rate_limits) overrides a route's rate, and scales its burst alike.
-The buckets live in this process: several servers behind one address each
-allow the rate, which is enough to keep one token from monopolising a server.
+On SQLite (one server) the buckets live in this process; on PostgreSQL, where several
+servers share the database, they live in it (api/sharedlimits.py), so a token gets the
+rate once across all of them.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import Depends, Request
 
@@ -40,8 +41,24 @@ class _Bucket:
     at: datetime
 
 
+def spend_one(tokens: float, at: datetime, now: datetime, *, rate: float, burst: int) -> tuple[float, float]:
+    """One call from a bucket of ``tokens`` last counted ``at``, refilled at ``rate`` per second
+    up to ``burst``: (tokens left, seconds until a call is allowed: 0 when this one is)."""
+    elapsed = max(0.0, (now - at).total_seconds())
+    tokens = min(float(burst), tokens + elapsed * rate)
+    if tokens >= 1.0 - _EPSILON:  # time in float seconds does not add up exactly
+        return max(0.0, tokens - 1.0), 0.0
+    return tokens, (1.0 - tokens) / rate
+
+
+class Limiter(Protocol):
+    def take(self, name: str, key: str, *, per_minute: float, burst: int, now: datetime) -> float:
+        """Spend one call: 0 when allowed, else the seconds until one is."""
+        ...
+
+
 class RateLimiter:
-    """Token buckets keyed by (limit, token id); safe across threads."""
+    """Token buckets keyed by (limit, token id), in this process; safe across threads."""
 
     def __init__(self, max_buckets: int = 10_000) -> None:
         self._buckets: dict[tuple[str, str], _Bucket] = {}
@@ -57,13 +74,9 @@ class RateLimiter:
                 if len(self._buckets) >= self._max:
                     self._prune(now, rate, burst)
                 bucket = self._buckets[(name, key)] = _Bucket(float(burst), now)
-            elapsed = max(0.0, (now - bucket.at).total_seconds())
-            bucket.tokens = min(float(burst), bucket.tokens + elapsed * rate)
+            bucket.tokens, wait = spend_one(bucket.tokens, bucket.at, now, rate=rate, burst=burst)
             bucket.at = now
-            if bucket.tokens >= 1.0 - _EPSILON:  # time in float seconds does not add up exactly
-                bucket.tokens = max(0.0, bucket.tokens - 1.0)
-                return 0.0
-            return (1.0 - bucket.tokens) / rate
+            return wait
 
     def _prune(self, now: datetime, rate: float, burst: int) -> None:
         # Buckets that have refilled since their last use hold no state worth keeping.
@@ -77,7 +90,7 @@ class RateLimiter:
 class Quota:
     """One caller's budget for one limit, spent by ``spend()``."""
 
-    limiter: RateLimiter
+    limiter: Limiter
     name: str
     key: str
     per_minute: float
@@ -102,7 +115,7 @@ def quota(name: str, *, per_minute: float, burst: int | None = None) -> Callable
         rate = settings.rate_limits.get(name, per_minute)
         # An overridden rate scales the burst with it; by default a quarter minute's worth.
         size = max(1, math.ceil((burst if burst is not None else per_minute / 4) * rate / per_minute))
-        limiter: RateLimiter = request.app.state.rate_limiter
+        limiter: Limiter = request.app.state.rate_limiter
         return Quota(limiter, name, principal.token_id, rate, size, now)
 
     return dependency
@@ -118,8 +131,9 @@ def RateLimited(name: str, *, per_minute: float, burst: int | None = None) -> An
     source = quota(name, per_minute=per_minute, burst=burst)
 
     # Depends as the default: annotations are strings here (PEP 563) and FastAPI could
-    # not resolve the closure's ``source`` from one.
-    async def spend(budget: Quota = Depends(source)) -> None:  # noqa: B008
+    # not resolve the closure's ``source`` from one. Not async: a shared bucket is a database
+    # round trip, which belongs in the thread pool, not on the event loop.
+    def spend(budget: Quota = Depends(source)) -> None:  # noqa: B008
         budget.spend()
 
     return Depends(spend)

@@ -24,10 +24,14 @@ from stortune.server.api.routes import (
     experiments,
     health,
     hosts,
+    metrics,
     plans,
+    probes,
     profiles,
+    raid_plans,
     tokens,
 )
+from stortune.server.api.security import Included, check_included, included_templates
 
 API_PREFIX = "/api/v1"
 
@@ -36,6 +40,7 @@ API_PREFIX = "/api/v1"
 API_ROUTERS: tuple[APIRouter, ...] = (
     agents.router,
     hosts.router,
+    probes.router,
     profiles.router,
     plans.router,
     events.router,
@@ -44,6 +49,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     benchmarks.router,
     experiments.router,
     diagnostics.router,
+    raid_plans.router,
     tokens.router,
     audit.router,
 )
@@ -51,14 +57,28 @@ API_ROUTERS: tuple[APIRouter, ...] = (
 #: The order /docs lists the API in.
 OPENAPI_TAGS = [{"name": tag} for tag in (
     "profiles", "hosts", "events", "agents", "tokens", "audit", "diagnostics", "benchmarks", "experiments",
-    "health")]
+    "analysis", "health")]
 
 health_router = health.router
 
 
+#: (prefix, router) as the app includes them: /metrics needs a token, checked by api/access.py
+#: as for /api/v1.
+INCLUDED: Included = (("", health_router), ("", metrics.router),
+                      *((API_PREFIX, router) for router in API_ROUTERS))
+#: Where every route must declare a permission.
+GUARDED = (API_PREFIX, metrics.PATH)
+
+
 def include_api(app: FastAPI) -> None:
     """Every route under /api/v1 needs a token (api/access.py) and declares a permission
-    (api/security.py)."""
-    app.include_router(health_router)
-    for router in API_ROUTERS:
-        app.include_router(router, prefix=API_PREFIX, responses={**INVALID, **AUTH})
+    (api/security.py): refused before anything is included otherwise."""
+    check_included(INCLUDED, GUARDED)
+    for prefix, router in INCLUDED:
+        app.include_router(router, prefix=prefix,
+                           responses={**INVALID, **AUTH} if prefix == API_PREFIX else None)
+
+
+def route_templates(_app: FastAPI) -> dict[int, str]:
+    """id(route in a request's scope) -> its path template (metrics/http.py)."""
+    return included_templates(INCLUDED)

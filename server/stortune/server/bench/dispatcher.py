@@ -27,10 +27,12 @@ then the run fails with the reason. Cancelling a running run is recorded in
 its row (so it survives restarts and reaches the server that follows it) and
 sent to the agent, which kills fio and keeps what finished.
 
-Several servers on one database each run a dispatcher: they pick the same
-head of each host's queue, the agent starts a run id once, and a result is
-stored once (a conditional UPDATE on the run's state), so at worst two
-servers follow the same run.
+Several servers on one database each run a dispatcher, and each drives only
+the runs of hosts whose shard it owns (``stortune.server.shards``): every
+transaction of a driver is fenced by the host's lease, and a host whose shard
+moves away has its driver stopped (the run goes on on its agent; the new owner
+re-attaches to it). The schedules fire on one server (they would fire once
+anyway: a compare-and-set on the schedule's row).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from stortune.server.agentclient import (
 )
 from stortune.server.bench import store
 from stortune.server.services.benchmarks import ActiveRun
+from stortune.server.shards import AllShards, LeaseLost, Ownership, ensure_held, fenced, moved
 
 log = logging.getLogger(__name__)
 
@@ -77,8 +80,11 @@ class BenchmarkDispatcher:
         progress_interval: float = 1.0,
         retry_base: float = 2.0,
         retry_cap: float = 120.0,
+        ownership: Ownership | None = None,
     ) -> None:
         self.agents = agents
+        self.ownership = ownership or AllShards()
+        self.ownership.watch(lambda _gained, _lost: self.wake())
         self.interval = interval
         self.unreachable_timeout = unreachable_timeout
         self.progress_interval = progress_interval
@@ -107,10 +113,13 @@ class BenchmarkDispatcher:
     async def stop(self) -> None:
         """Stop following runs; they go on on their agents and are re-attached at the next start."""
         tasks = [t for t in (self._main, self._sweeper, *self._drivers.values()) if t is not None]
+        # Forgotten first, and only this loop's waited for: an app served again on a new loop
+        # (tests do) must not hold on to tasks of a loop that is gone.
+        self._main, self._sweeper, self._drivers, self._loop = None, None, {}, None
+        tasks = [t for t in tasks if t.get_loop() is asyncio.get_running_loop()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._main, self._sweeper, self._drivers, self._loop = None, None, {}, None
 
     def wake(self) -> None:
         """Look at the queue now (a run was added, or a host's run ended)."""
@@ -152,8 +161,11 @@ class BenchmarkDispatcher:
 
     async def pass_once(self) -> None:
         now = self._clock()
-        for name, count in await asyncio.to_thread(store.fire_due_schedules, self._sessions, now):
-            log.info("schedule %s fired: %d run(s) queued", name, count)
+        if self.ownership.leads():
+            for name, count in await asyncio.to_thread(store.fire_due_schedules, self._sessions, now):
+                log.info("schedule %s fired: %d run(s) queued", name, count)
+        for host in moved(self.ownership, self._drivers):  # the new owner follows the run
+            log.info("benchmark runs on %s are followed by another server now", host)
         # Stored runs are forgotten on their agents beside the passes: a dead agent must not slow them.
         if self._sweeper is None or self._sweeper.done():
             self._sweeper = asyncio.create_task(self._forget_held(), name="benchmark-forget")
@@ -165,13 +177,15 @@ class BenchmarkDispatcher:
                 by_host.setdefault(run.host, []).append(run)
         now = self._clock()
         for host, queue in by_host.items():
-            if host in self._drivers:
+            fence = self.ownership.fence(host)
+            if host in self._drivers or fence is None:
                 continue
             running = next((r for r in queue if r.state == "running"), None)
             head = running or queue[0]  # in queue order: a host's later runs wait for the first
             if head.state == "queued" and head.not_before is not None and head.not_before > now:
                 continue
-            task = asyncio.create_task(self._drive(head), name=f"benchmark-{head.id}")
+            with fenced(fence):  # the task gets a copy of this context: all its transactions are fenced
+                task = asyncio.create_task(self._drive(head), name=f"benchmark-{head.id}")
             self._drivers[host] = task
             task.add_done_callback(self._driven_callback(host))
 
@@ -189,8 +203,8 @@ class BenchmarkDispatcher:
         failing: set[str] = set()  # agents that did not forget now: a later pass tries again
         try:
             for run_id, host, address in await asyncio.to_thread(store.held, self._sessions):
-                if host in self._drivers or address in failing:
-                    continue  # a driver forgets its own run when it ends
+                if host in self._drivers or address in failing or self.ownership.fence(host) is None:
+                    continue  # a driver forgets its own run when it ends; another server its hosts' runs
                 if not await self._forget(self.agents.for_address(address, host), run_id):
                     failing.add(address)
         except Exception:
@@ -225,6 +239,8 @@ class BenchmarkDispatcher:
             await self._follow(agent, address, run)
         except asyncio.CancelledError:
             raise
+        except LeaseLost as exc:
+            log.info("benchmark %s: %s; its new owner follows the run", run.id, exc)
         except Exception:
             log.exception("benchmark %s on %s: driving it failed; trying again in %gs", run.id, run.host,
                           self.interval)
@@ -233,6 +249,7 @@ class BenchmarkDispatcher:
     async def _start(self, agent: AgentClient, address: str, run: ActiveRun, applied: dict[str, int]) -> bool:
         """Hand the run to its agent; False when it is not running there (deferred, failed, cancelled)."""
         spec = BenchmarkSpec.model_validate(run.spec)
+        ensure_held(self.ownership)
         try:
             progress = await agent.start_benchmark(run.id, spec)
         except AgentBusy as exc:

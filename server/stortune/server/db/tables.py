@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, ForeignKey, Index, String, Text, UniqueConstraint, false
+from sqlalchemy import BigInteger, Double, ForeignKey, Index, String, Text, UniqueConstraint, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from stortune.server.db.types import BigId, JSONDoc, UTCDateTime
@@ -424,3 +424,63 @@ class ExperimentTrial(Base):
     finished_at: Mapped[datetime | None]
 
     __table_args__ = (UniqueConstraint("run_id", name="uq_experiment_trials_run_id"),)
+
+
+class Probe(Base):
+    """One probe of a host's device: its measured ceilings and scaling curve once done.
+
+    The row is refreshed from the agent (GetProbeResult) while it is not finished; the
+    host analysis takes the done probes' ceilings as measured (``services.probes.measured``).
+    """
+
+    __tablename__ = "probes"
+
+    seq: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    #: Chosen by the control plane and sent to the agent (StartProbe is idempotent on it).
+    id: Mapped[str] = mapped_column(String(64), unique=True)
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    device: Mapped[str | None] = mapped_column(String(NAME_LENGTH))  # None: every disk
+    requested_by: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))  # queued | running | done | failed | cancelled
+    message: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]
+    finished_at: Mapped[datetime | None]
+    result: Mapped[dict[str, Any] | None]  # the ProbeResult document
+
+    __table_args__ = (Index("ix_probes_host", "host", "seq"),)
+
+
+class RateBucket(Base):
+    """A token bucket of a rate limit shared by every server on one PostgreSQL database
+    (api/sharedlimits.py): one token's calls of one limit, wherever they land."""
+
+    __tablename__ = "rate_buckets"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)  # the limit
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)  # the token id
+    tokens: Mapped[float] = mapped_column(Double)
+    at: Mapped[datetime]
+
+
+class Replica(Base):
+    """A control-plane server sharing this PostgreSQL database (shards/keeper.py): alive while
+    its heartbeat is younger than the shard lease."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    started_at: Mapped[datetime]
+    heartbeat_at: Mapped[datetime]
+
+
+class ShardLease(Base):
+    """Who works on one shard of the hosts (shards/ownership.py) and until when. ``generation``
+    grows at every change of owner: a write fenced with an older one is refused."""
+
+    __tablename__ = "shard_leases"
+
+    shard: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    owner: Mapped[str | None] = mapped_column(String(128))
+    generation: Mapped[int] = mapped_column(BigInteger)
+    expires_at: Mapped[datetime]

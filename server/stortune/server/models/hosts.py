@@ -38,6 +38,10 @@ class DeviceSetting(BaseModel):
     mode: Literal["enforce", "audit"] | None = None
     generation: int | None = Field(default=None, description="Of the profile the desired value comes from")
     drifted: bool = Field(default=False, description="Was in sync at this generation, then changed")
+    pendingReboot: bool = Field(
+        default=False, description="Configured as desired in the RAID controller, which applies it only"
+        " at the next boot: in sync, not drift (`effective` is what runs until then)")
+    effective: int | str | None = Field(default=None, description="pendingReboot: the value in effect now")
     message: str = ""
 
 

@@ -12,24 +12,29 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from stortune.api.agent.wire import WireError
-from stortune.schemas import planner
+from stortune.schemas import planner, stripecache
 from stortune.server.agentclient import (
     AgentBusy,
     AgentClient,
     AgentClientFactory,
     AgentError,
+    AgentRejected,
+    AgentUnreachable,
     Observation,
 )
+from stortune.server.metrics.recorder import Recorder
 from stortune.server.reconciler import report, store
-from stortune.server.reconciler.decide import Decision, HostView, decide, hold
+from stortune.server.reconciler.decide import REBOOTED, Decision, HostView, decide, hold
 from stortune.server.reconciler.report import Outcome, Seen, Update
 from stortune.server.services.versions import VersionReader
+from stortune.server.shards import AllShards, LeaseLost, Ownership, fenced
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +43,7 @@ class Result(enum.Enum):
     DONE = "done"  # converged, or failed in a way retrying will not fix: forget the backoff
     RETRY = "retry"  # transient failure: again after the key's backoff
     GONE = "gone"  # the host was deleted
+    ELSEWHERE = "elsewhere"  # another server owns the host's shard (now, or since the pass began)
 
 
 class QuietLooks:
@@ -81,9 +87,34 @@ class Deps:
     #: The resourceVersion counter, read in batches on the event loop.
     versions: VersionReader | None = None
     quiet: QuietLooks = field(default_factory=QuietLooks)
+    #: A stripe_cache_size costing more of the host's RAM is refused (Settings.stripe_cache_ram_share).
+    ram_share: float = stripecache.DEFAULT_RAM_SHARE
+    #: Counts of drift, corrections, failed applies and agent errors (/metrics).
+    metrics: Recorder = field(default_factory=Recorder)
+    #: Which hosts this server works on; every transaction of a pass is fenced by the host's lease.
+    ownership: Ownership = field(default_factory=AllShards)
 
 
 async def reconcile(deps: Deps, name: str) -> Result:
+    """One pass over ``name``, timed for the reconcile duration histogram."""
+    started = time.perf_counter()
+    result = Result.RETRY  # an exception escaping is retried by the runner
+    fence = deps.ownership.fence(name)
+    if fence is None:
+        return Result.ELSEWHERE
+    try:
+        with fenced(fence), deps.ownership.working(fence):
+            result = await _reconcile(deps, name, lambda: deps.ownership.holds(fence))
+        return result
+    except LeaseLost as exc:
+        log.info("%s; its new owner takes it from here", exc)
+        result = Result.ELSEWHERE
+        return result
+    finally:
+        deps.metrics.reconciled(result.value, time.perf_counter() - started)
+
+
+async def _reconcile(deps: Deps, name: str, still_mine: Callable[[], bool]) -> Result:
     view = await _view(deps, name)
     if view is None:
         deps.quiet.forget(name)
@@ -99,12 +130,15 @@ async def reconcile(deps: Deps, name: str) -> Result:
             return Result.DONE
         seen = await observe(agent, view, answer)
     except AgentBusy:
+        deps.metrics.rpc_error("busy")
         if view.experiment is not None:  # a trial's benchmark runs there: say why nothing is applied
             return await _finish(deps, name, report.held(view, view.experiment))
         return Result.RETRY
     except AgentError as exc:
+        deps.metrics.rpc_error(error_kind(exc))
         return await _finish(deps, name, report.unreachable(view, exc))
-    decision = decide(view, planner.plan(view.profiles, seen.topology, seen.observed), seen.info.boot_id)
+    planned = planner.plan(view.profiles, seen.topology, seen.observed, stripe_cache_ram_share=deps.ram_share)
+    decision = decide(view, planned, seen.info.boot_id)
     if view.experiment is not None:
         decision = hold(decision, view.experiment)
     if decision.new_drift:
@@ -112,7 +146,10 @@ async def reconcile(deps: Deps, name: str) -> Result:
         if await _write(deps, name, found) is Result.GONE:
             return Result.GONE
         view = view.with_status(found.conditions, found.devices)
+    if decision.apply and not still_mine():  # the lease lapsed while the agent answered: not ours to apply
+        return Result.ELSEWHERE
     outcome = await execute(agent, view, decision) if decision.apply else None
+    count(deps.metrics, decision, outcome)
     if outcome is not None and outcome.result is not None and outcome.result.ok:
         seen = await reobserve(agent, seen)
     update = report.conclude(view, seen, decision, outcome)
@@ -165,6 +202,45 @@ async def execute(agent: AgentClient, view: HostView, decision: Decision) -> Out
         return Outcome(result=await agent.apply(view.profiles, decision.generations, request_id))
     except AgentError as exc:
         return Outcome(error=exc)
+
+
+def error_kind(error: AgentError) -> str:
+    """A bounded label for an agent call's failure (the message itself is the event's)."""
+    if isinstance(error, AgentUnreachable):
+        return "unreachable"
+    if isinstance(error, AgentBusy):
+        return "busy"
+    if isinstance(error, AgentRejected):
+        return "rejected"
+    return "error"
+
+
+def _cause(cause: str) -> str:
+    return "reboot" if cause == REBOOTED else "runtime"
+
+
+def count(metrics: Recorder, decision: Decision, outcome: Outcome | None) -> None:
+    """Drift found, drift corrected, applies failed: what /metrics counts of one reconcile."""
+    causes = {(d.device_id, d.tunable): _cause(d.cause) for d in decision.new_drift}
+    for d in decision.new_drift:
+        metrics.drift(d.tunable, causes[(d.device_id, d.tunable)])
+    if outcome is None:
+        return
+    if outcome.error is not None:
+        kind = error_kind(outcome.error)
+        metrics.rpc_error(kind)
+        if kind != "busy":  # a benchmark or experiment holds the host: a planned wait, no failure
+            metrics.apply_failed(kind)
+        return
+    result = outcome.result
+    if result is None:
+        return
+    if not result.ok:
+        metrics.apply_failed("rejected" if result.plan.fatal else "failed")
+        return
+    for want in report.corrected(decision, result):
+        # Drift seen by an earlier pass (audit mode, a failed apply) keeps no cause.
+        metrics.corrected(want.tunable, causes.get((want.device_id, want.tunable), "earlier"))
 
 
 async def _write(deps: Deps, name: str, update: Update) -> Result:

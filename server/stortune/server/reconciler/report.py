@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from stortune.schemas.plan import Plan, Rejection
+from stortune.schemas.plan import Desired, Plan, Rejection
 from stortune.schemas.planner import observed_of
 from stortune.schemas.topology import HOST_TARGET, Topology, TunableState
 from stortune.server.agentclient import (
@@ -172,6 +172,9 @@ def rows(plan: Plan, observed: Observed, drifted: frozenset[SettingKey]) -> tupl
             observed=d.observed, inSync=d.in_sync, profile=d.source.profile, rule=d.source.rule,
             mode=d.source.mode, generation=d.source.generation,
             drifted=not d.in_sync and (d.device_id, d.tunable) in drifted,
+            pendingReboot=d.pending_reboot, effective=d.effective,
+            message=d.note or (f"takes effect at the next reboot; {d.effective} until then"
+                               if d.pending_reboot else ""),
         )
         for d in plan.desired
     ]
@@ -324,16 +327,21 @@ def conclude(view: HostView, seen: Seen, decision: Decision, outcome: Outcome | 
     return update
 
 
+def corrected(decision: Decision, result: ApplyResult) -> list[Desired]:
+    """The drifted settings a successful apply set back (a Corrected event and count each)."""
+    return [want for want in result.plan.desired
+            if want.in_sync and (want.device_id, want.tunable) in decision.drifted]
+
+
 def _applied_events(view: HostView, decision: Decision, result: ApplyResult) -> list[StatusEvent]:
     generations = result.applied_generations
     title = str(result.report.get("title", "applied"))
     events = [StatusEvent("Normal", "Applied", f"{_generations(generations) or 'no profiles'}: {title} "
                           f"({'; '.join(decision.why)})")]
-    for want in result.plan.desired:
-        if want.in_sync and (want.device_id, want.tunable) in decision.drifted:
-            events.append(StatusEvent(
-                "Normal", "Corrected", f"{want.device} {want.tunable} set back to {want.desired} "
-                f"({want.source.profile}/{want.source.rule})", profile=want.source.profile))
+    for want in corrected(decision, result):
+        events.append(StatusEvent(
+            "Normal", "Corrected", f"{want.device} {want.tunable} set back to {want.desired} "
+            f"({want.source.profile}/{want.source.rule})", profile=want.source.profile))
     for name in sorted(set(view.applied) - set(generations)):
         deleting = name in view.deleting
         why = "the profile is being deleted" if deleting else "it no longer selects this host"

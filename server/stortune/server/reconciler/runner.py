@@ -12,21 +12,35 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from stortune.schemas import stripecache
 from stortune.server.agentclient import AgentClientFactory
+from stortune.server.metrics.recorder import Recorder
 from stortune.server.reconciler import store
 from stortune.server.reconciler.queue import Backoff, WorkQueue
 from stortune.server.reconciler.reconcile import Deps, Result, reconcile
 from stortune.server.reconciler.summary import summarize
 from stortune.server.services.versions import VersionReader
+from stortune.server.shards import AllShards, Notices, Ownership, shard_of
 
 log = logging.getLogger(__name__)
 
 
 def _utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+#: Profile summaries take at most this share of the time (a pass re-reads the whole fleet).
+SUMMARY_SHARE = 0.05
+
+
+def summary_pause(took: float, minimum: float) -> float:
+    """Seconds to wait after a summary pass that took ``took``: at least ``minimum``, and long
+    enough that passes fill at most SUMMARY_SHARE of the time however large the fleet."""
+    return max(minimum, took * (1 - SUMMARY_SHARE) / SUMMARY_SHARE)
 
 
 class Reconciler:
@@ -43,6 +57,10 @@ class Reconciler:
         backoff: Callable[[], Backoff] = Backoff,
         summary_delay: float = 1.0,
         versions: VersionReader | None = None,
+        ram_share: float = stripecache.DEFAULT_RAM_SHARE,
+        metrics: Recorder | None = None,
+        ownership: Ownership | None = None,
+        notices: Notices | None = None,
     ) -> None:
         self.agents = agents
         self.interval = interval
@@ -53,22 +71,43 @@ class Reconciler:
         self._summary_delay = summary_delay
         # A reader of its own unless given the app's; closed with the reconciler then.
         self._own_versions = None if versions is not None else VersionReader(sessions)
+        self.metrics = metrics or Recorder()
+        self.ownership = ownership or AllShards()
+        #: Requests for hosts another server owns go there (None: one server owns all).
+        self.notices = notices
         self._deps = Deps(sessions, agents, clock, wrote=self._summaries_due,
-                          versions=versions or self._own_versions)
+                          versions=versions or self._own_versions, ram_share=ram_share, metrics=self.metrics,
+                          ownership=self.ownership)
+        self.ownership.watch(self._shards_changed)
         self._queue: WorkQueue | None = None
         self._summaries: asyncio.Event | None = None
         self._workers: list[asyncio.Task[None]] = []
         self._loops: list[asyncio.Task[None]] = []
+        self._takeovers: set[asyncio.Task[None]] = set()
 
     def enqueue(self, host: str, reason: str) -> None:
-        """From any thread; before start() it is dropped (start() queues every host)."""
+        """From any thread; before start() it is dropped (start() queues every host). A host
+        another server owns is passed on to it."""
         queue = self._queue
-        if queue is not None:
+        if queue is None:
+            return
+        if self.ownership.fence(host) is not None:
             log.debug("queue %s: %s", host, reason)
             queue.add(host)
+        elif self.notices is not None:
+            self.notices.publish([host])
+
+    def noticed(self, hosts: list[str]) -> None:
+        """Hosts another server was asked to reconcile (from any thread): queue the ones owned here."""
+        queue = self._queue
+        if queue is not None:
+            for host in hosts:
+                if self.ownership.fence(host) is not None:
+                    queue.add(host)
 
     async def start(self) -> None:
         self._queue = WorkQueue(self._backoff())
+        self.metrics.queue_depth_from(self._queue.__len__)
         self._summaries = asyncio.Event()
         self._workers = [asyncio.create_task(self._work(), name=f"reconcile-worker-{i}")
                          for i in range(self.workers)]
@@ -82,14 +121,14 @@ class Reconciler:
         if self._queue is None:
             return
         self._queue.shutdown()
-        for task in self._loops:
+        for task in [*self._loops, *self._takeovers]:
             task.cancel()
         if self._workers:
             _, pending = await asyncio.wait(self._workers, timeout=grace)
             for task in pending:
                 task.cancel()
-        await asyncio.gather(*self._workers, *self._loops, return_exceptions=True)
-        self._workers, self._loops = [], []
+        await asyncio.gather(*self._workers, *self._loops, *self._takeovers, return_exceptions=True)
+        self._workers, self._loops, self._queue = [], [], None  # requests until the next start are dropped
         if self._own_versions is not None:
             self._own_versions.close()
         close = getattr(self.agents, "close", None)
@@ -113,9 +152,12 @@ class Reconciler:
         spec change) still go through at once.
         """
         assert self._queue is not None
-        for name in await asyncio.to_thread(store.expire_leases, self._sessions, self._clock()):
-            log.warning("%s: lease expired", name)
-        names = await asyncio.to_thread(store.host_names, self._sessions)
+        if self.ownership.leads():  # fleet-wide: one server marks lapsed agent leases
+            for name in await asyncio.to_thread(store.expire_leases, self._sessions, self._clock()):
+                log.warning("%s: lease expired", name)
+                self.metrics.lease_expired()
+        names = [n for n in await asyncio.to_thread(store.host_names, self._sessions)
+                 if self.ownership.fence(n) is not None]
         # Read after the await and used without one: no worker changes them in between.
         backing_off = self._queue.delayed() | self._queue.processing()
         due = [name for name in names if name not in backing_off]
@@ -123,6 +165,23 @@ class Reconciler:
         for turn, name in enumerate(due):
             self._queue.add_after(name, turn * step)
         self._summaries_due()
+
+    def _shards_changed(self, gained: frozenset[int], _lost: frozenset[int]) -> None:
+        """Hosts of shards just taken over are looked at now, not at the next pass."""
+        if gained and self._queue is not None:
+            task = asyncio.create_task(self._take(gained), name="reconcile-takeover")
+            self._takeovers.add(task)
+            task.add_done_callback(self._takeovers.discard)
+
+    async def _take(self, shards: frozenset[int]) -> None:
+        try:
+            names = await asyncio.to_thread(store.host_names, self._sessions)
+        except Exception:
+            log.exception("reading the hosts of shards taken over failed; the periodic pass queues them")
+            return
+        for name in names:
+            if shard_of(name) in shards:
+                self.enqueue(name, "shard taken over")
 
     def scheduled(self) -> dict[str, float]:
         """Hosts waiting for their turn in the pass or for a retry, and in how many seconds."""
@@ -165,13 +224,18 @@ class Reconciler:
         while True:
             await self._summaries.wait()
             self._summaries.clear()
+            began = time.monotonic()
             try:
                 await asyncio.to_thread(self._write_summaries)
             except Exception:
                 log.exception("profile summaries failed")
-            await asyncio.sleep(self._summary_delay)  # a burst of host writes makes one pass
+            # A burst of host writes makes one pass; and a pass reads every host, so at 10,000
+            # hosts in a rollout one a second took 30 % of the server: pause in proportion.
+            await asyncio.sleep(summary_pause(time.monotonic() - began, self._summary_delay))
 
     def _write_summaries(self) -> None:
+        if not self.ownership.leads():  # fleet-wide: one server writes them
+            return
         profiles, standings = store.profiles_and_hosts(self._sessions)
         now = self._clock()
         for profile in profiles:

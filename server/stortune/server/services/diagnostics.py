@@ -23,13 +23,14 @@ from typing import Any, Final
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from stortune.schemas import stripecache
 from stortune.schemas.bundle import Bundle, unpack
 from stortune.schemas.redact import Kind, RedactionMapping, Redactor
 from stortune.server.db.tables import BenchmarkRun, Event, Host, HostConditionChange, Redaction
 from stortune.server.models.benchmarks import BenchmarkRunDocument
 from stortune.server.models.events import EventView
 from stortune.server.models.hosts import HostStatus
-from stortune.server.services import profiles
+from stortune.server.services import analysis, profiles
 from stortune.server.services.versions import next_resource_version
 
 #: A bundle from an agent larger than this (unpacked) is refused.
@@ -68,8 +69,10 @@ def _benchmarks(session: Session, host: str) -> list[dict[str, Any]]:
     return [BenchmarkRunDocument.from_row(r, with_result=True).model_dump(mode="json") for r in rows]
 
 
-def add_control_plane_files(session: Session, host: Host, bundle: Bundle, now: datetime) -> None:
-    """Put the control plane's knowledge of ``host`` into ``bundle`` (under control-plane/)."""
+def add_control_plane_files(session: Session, host: Host, bundle: Bundle, now: datetime, *,
+                            ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> None:
+    """Put the control plane's knowledge of ``host`` into ``bundle`` (under control-plane/);
+    ``ram_share``: the stripe cache share of RAM the analysis' checks hold arrays to."""
     status = HostStatus.from_row(host)
     selecting = profiles.selecting(session, host.effective_labels)
     events = _events(session, host.name)
@@ -95,6 +98,11 @@ def add_control_plane_files(session: Session, host: Host, bundle: Bundle, now: d
         ("control-plane/benchmarks.json", _benchmarks(session, host.name),
          "the host's latest benchmark runs, newest first: results with their context"),
     ]
+    if host.topology is not None:
+        found = analysis.analyze(session, host.name, ram_share=ram_share).model_dump(mode="json")
+        files.append(("control-plane/analysis.json", found,
+                      "where the host's limits are: layer ceilings and their sources, layout checks,"
+                      " slow members and path balance"))
     for path, data, what in files:
         bundle.add(path, _json(data), source=_SOURCE, origin=what)
 
@@ -136,7 +144,7 @@ def known_values(host: Host) -> Iterable[tuple[Kind, str]]:
 
 
 def build(session: Session, host: Host, agent_bundle: bytes, now: datetime, *,
-          redact: bool) -> tuple[Bundle, int]:
+          redact: bool, ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> tuple[Bundle, int]:
     """The bundle to hand out, and how many new tokens the mapping gained (committed).
 
     Redaction runs outside any write (a large bundle takes seconds); the new
@@ -145,7 +153,7 @@ def build(session: Session, host: Host, agent_bundle: bytes, now: datetime, *,
     added tokens in the meantime this one is redacted again under the lock.
     """
     bundle = unpack(agent_bundle, max_bytes=MAX_UNPACKED_BYTES)
-    add_control_plane_files(session, host, bundle, now)
+    add_control_plane_files(session, host, bundle, now, ram_share=ram_share)
     if not redact:
         return bundle, 0
     name, known = host.name, list(known_values(host))

@@ -13,6 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.exc import StaleDataError
 
+from stortune.schemas import stripecache
 from stortune.schemas.documents import DocumentError, parse_profile, validation_problems
 from stortune.schemas.plan import Plan
 from stortune.schemas.planner import plan
@@ -292,7 +293,8 @@ def _with_generation(profile: StorageProfile, generation: int) -> StorageProfile
     return profile.model_copy(update={"metadata": meta})
 
 
-def plans(session: Session, put: Sequence[StorageProfile] = (), delete: Collection[str] = ()) -> HostPlans:
+def plans(session: Session, put: Sequence[StorageProfile] = (), delete: Collection[str] = (), *,
+          ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> HostPlans:
     """What the hosts would do once ``put`` were stored and ``delete`` deleted, all at once.
 
     Planned, like the reconciler does, with every live profile selecting the
@@ -329,36 +331,39 @@ def plans(session: Session, put: Sequence[StorageProfile] = (), delete: Collecti
                 if row.name not in parsed:
                     parsed[row.name] = stored_profile(row)
                 selected.append(parsed[row.name])
-        result[host.name] = plan(selected, topology)
+        result[host.name] = plan(selected, topology, stripe_cache_ram_share=ram_share)
     return result
 
 
-def preview_create(session: Session, profile: StorageProfile, now: datetime) -> tuple[Profile, HostPlans]:
+def preview_create(session: Session, profile: StorageProfile, now: datetime, *,
+                   ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> tuple[Profile, HostPlans]:
     """What create would store and do, storing nothing."""
     _check_absent(session, profile.name)
     row = _new_row(profile, 0, now)
-    return row, plans(session, [_with_generation(profile, row.generation)])
+    return row, plans(session, [_with_generation(profile, row.generation)], ram_share=ram_share)
 
 
 def preview_replace(
-    session: Session, name: str, profile: StorageProfile
+    session: Session, name: str, profile: StorageProfile, *,
+    ram_share: float = stripecache.DEFAULT_RAM_SHARE,
 ) -> tuple[Profile, HostPlans]:
     """What replace would store and do, storing nothing."""
     _check_name(name, profile)
     row = _get(session, name)
     _check_preconditions(row, profile)
     preview = Profile(**{attr: getattr(row, attr) for attr in _COLUMNS}, **_replacement(row, profile))
-    return preview, plans(session, [_with_generation(profile, preview.generation)])
+    return preview, plans(session, [_with_generation(profile, preview.generation)], ram_share=ram_share)
 
 
-def preview_delete(session: Session, name: str, now: datetime) -> tuple[Profile, HostPlans]:
+def preview_delete(session: Session, name: str, now: datetime, *,
+                   ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> tuple[Profile, HostPlans]:
     """What delete would do, deleting nothing: the profile as it would be shown (deletionTimestamp
     set), and the plans of the hosts without it (its settings as restorations)."""
     row = _get(session, name)
     preview = Profile(**{attr: getattr(row, attr) for attr in _COLUMNS if attr != "deletion_timestamp"},
                       spec=row.spec, labels=row.labels, annotations=row.annotations,
                       generation=row.generation, deletion_timestamp=row.deletion_timestamp or now)
-    return preview, plans(session, delete=[name])
+    return preview, plans(session, delete=[name], ram_share=ram_share)
 
 
 #: Patterns all the documents of one ``POST /plans`` may hold: a GitOps repository's worth,
@@ -372,7 +377,8 @@ def _spec_of(document: Any) -> dict[str, Any]:
 
 
 def preview_set(
-    session: Session, documents: Sequence[Any], delete: Sequence[str]
+    session: Session, documents: Sequence[Any], delete: Sequence[str], *,
+    ram_share: float = stripecache.DEFAULT_RAM_SHARE,
 ) -> HostPlans:
     """The per-host plans of a whole set of changes (``POST /plans``): ``documents`` created or
     replaced and ``delete`` deleted together, so profiles changed at once are planned with each
@@ -410,7 +416,7 @@ def preview_set(
     generations = [1 if (row := rows.get(p.name)) is None else _replacement(row, p)["generation"]
                    for p in put]
     return plans(session, [_with_generation(p, g) for p, g in zip(put, generations, strict=True)],
-                 delete)
+                 delete, ram_share=ram_share)
 
 
 _COLUMNS = ("name", "uid", "resource_version", "status", "finalizers", "created_at", "updated_at",

@@ -53,6 +53,7 @@ from stortune.server.agentclient import (
 )
 from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.services.experiments import ActiveHost, beneath_of, find_target, trial_run_id
+from stortune.server.shards import AllShards, LeaseLost, Ownership, ensure_held, fenced, moved
 from stortune.server.tune import evidence, results, store
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,12 @@ class ExperimentDriver:
         retry_base: float = 1.0,
         retry_cap: float = 60.0,
         poll: float = 1.0,
+        ownership: Ownership | None = None,
     ) -> None:
         self.agents = agents
+        #: Only hosts of shards this server owns are driven here; each driver's transactions are fenced.
+        self.ownership = ownership or AllShards()
+        self.ownership.watch(lambda _gained, _lost: self.wake())
         self.benchmarks = benchmarks
         self.interval = interval
         self.unreachable_timeout = unreachable_timeout
@@ -130,10 +135,11 @@ class ExperimentDriver:
         with contextlib.suppress(ValueError):
             self.benchmarks.listeners.remove(self._run_ended)
         tasks = [t for t in (self._main, *self._drivers.values()) if t is not None]
+        self._main, self._drivers, self._loop = None, {}, None  # first: see BenchmarkDispatcher.stop
+        tasks = [t for t in tasks if t.get_loop() is asyncio.get_running_loop()]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        self._main, self._drivers, self._loop = None, {}, None
 
     def wake(self) -> None:
         """Look at the queue now (an experiment was added or cancelled)."""
@@ -161,15 +167,19 @@ class ExperimentDriver:
             self._wakeup.clear()
 
     async def pass_once(self) -> None:
+        for host in moved(self.ownership, self._drivers):  # the new owner resumes from the rows
+            log.info("the experiment on %s is driven by another server now", host)
         seen: set[str] = set()
         for active in await asyncio.to_thread(store.active_hosts, self._sessions):
             if active.host in seen:
                 continue  # a later experiment of this host waits for the earlier one
             seen.add(active.host)
-            if active.host in self._drivers:
+            fence = self.ownership.fence(active.host)
+            if active.host in self._drivers or fence is None:
                 continue
-            task = asyncio.create_task(self._drive(active),
-                                       name=f"experiment-{active.experiment}-{active.host}")
+            with fenced(fence):  # the task's copy of the context carries the fence
+                task = asyncio.create_task(self._drive(active),
+                                           name=f"experiment-{active.experiment}-{active.host}")
             self._drivers[active.host] = task
             task.add_done_callback(self._driven_callback(active.host))
 
@@ -216,6 +226,8 @@ class ExperimentDriver:
             await self._end(held, state, why)
         except asyncio.CancelledError:
             raise
+        except LeaseLost as exc:
+            log.info("experiment %s: %s; its new owner resumes it", active.experiment, exc)
         except Exception:
             log.exception("experiment %s on %s: driving it failed; trying again in %gs", active.experiment,
                           active.host, self.interval)
@@ -380,6 +392,7 @@ class ExperimentDriver:
         unreachable_since: datetime | None = None
         while True:
             try:
+                ensure_held(self.ownership)
                 result = await held.agent.apply(profiles, generations, f"{run_id}-apply")
             except AgentBusy as exc:
                 await self._note(held.active, f"waiting: {exc.message}")
@@ -446,6 +459,7 @@ class ExperimentDriver:
         while True:
             try:
                 profiles, generations = await self._desired(active)
+                ensure_held(self.ownership)
                 result = await held.agent.apply(profiles, generations,
                                                 f"{active.experiment}-h{active.host_index}-end")
                 if result.ok:

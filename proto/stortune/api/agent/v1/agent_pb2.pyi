@@ -230,6 +230,38 @@ class ForgetBenchmarkResponse(_message.Message):
     forgotten: bool
     def __init__(self, forgotten: _Optional[bool] = ...) -> None: ...
 
+class StartProbeRequest(_message.Message):
+    __slots__ = ("probe_id", "device")
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    probe_id: str
+    device: str
+    def __init__(self, probe_id: _Optional[str] = ..., device: _Optional[str] = ...) -> None: ...
+
+class StartProbeResponse(_message.Message):
+    __slots__ = ("host", "progress")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    host: HostInfo
+    progress: BenchmarkProgress
+    def __init__(self, host: _Optional[_Union[HostInfo, _Mapping]] = ..., progress: _Optional[_Union[BenchmarkProgress, _Mapping]] = ...) -> None: ...
+
+class GetProbeResultRequest(_message.Message):
+    __slots__ = ("probe_id",)
+    PROBE_ID_FIELD_NUMBER: _ClassVar[int]
+    probe_id: str
+    def __init__(self, probe_id: _Optional[str] = ...) -> None: ...
+
+class GetProbeResultResponse(_message.Message):
+    __slots__ = ("host", "progress", "result_json")
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    RESULT_JSON_FIELD_NUMBER: _ClassVar[int]
+    host: HostInfo
+    progress: BenchmarkProgress
+    result_json: str
+    def __init__(self, host: _Optional[_Union[HostInfo, _Mapping]] = ..., progress: _Optional[_Union[BenchmarkProgress, _Mapping]] = ..., result_json: _Optional[str] = ...) -> None: ...
+
 class CollectDiagnosticsRequest(_message.Message):
     __slots__ = ("command_timeout_s",)
     COMMAND_TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]

@@ -84,6 +84,16 @@ class AgentServiceStub:
                 request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkRequest.SerializeToString,
                 response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkResponse.FromString,
                 _registered_method=True)
+        self.StartProbe = channel.unary_unary(
+                '/stortune.api.agent.v1.AgentService/StartProbe',
+                request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartProbeRequest.SerializeToString,
+                response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartProbeResponse.FromString,
+                _registered_method=True)
+        self.GetProbeResult = channel.unary_unary(
+                '/stortune.api.agent.v1.AgentService/GetProbeResult',
+                request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetProbeResultRequest.SerializeToString,
+                response_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetProbeResultResponse.FromString,
+                _registered_method=True)
         self.CollectDiagnostics = channel.unary_stream(
                 '/stortune.api.agent.v1.AgentService/CollectDiagnostics',
                 request_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.CollectDiagnosticsRequest.SerializeToString,
@@ -166,6 +176,20 @@ class AgentServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def StartProbe(self, request, context):
+        """Measure the ceilings of a device's members: read-only, under the benchmark lock.
+        WatchBenchmark and CancelBenchmark take a probe id as they take a run id.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetProbeResult(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CollectDiagnostics(self, request, context):
         """A support bundle of this host (tar.gz, not redacted: the control plane
         adds its own files and redacts the whole), in chunks.
@@ -226,6 +250,16 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     servicer.ForgetBenchmark,
                     request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkRequest.FromString,
                     response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkResponse.SerializeToString,
+            ),
+            'StartProbe': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartProbe,
+                    request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartProbeRequest.FromString,
+                    response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartProbeResponse.SerializeToString,
+            ),
+            'GetProbeResult': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetProbeResult,
+                    request_deserializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetProbeResultRequest.FromString,
+                    response_serializer=stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetProbeResultResponse.SerializeToString,
             ),
             'CollectDiagnostics': grpc.unary_stream_rpc_method_handler(
                     servicer.CollectDiagnostics,
@@ -503,6 +537,60 @@ class AgentService:
             '/stortune.api.agent.v1.AgentService/ForgetBenchmark',
             stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkRequest.SerializeToString,
             stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.ForgetBenchmarkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartProbe(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stortune.api.agent.v1.AgentService/StartProbe',
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartProbeRequest.SerializeToString,
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.StartProbeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetProbeResult(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/stortune.api.agent.v1.AgentService/GetProbeResult',
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetProbeResultRequest.SerializeToString,
+            stortune_dot_api_dot_agent_dot_v1_dot_agent__pb2.GetProbeResultResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -97,6 +97,7 @@ async def heartbeat(*, who: Agent, name: HostName, body: Heartbeat, request: Req
                                            now=now)
 
     paced, expires, wanted = await run_in_threadpool(renew)
+    state.metrics.heartbeat()
     return HeartbeatAccepted(lease_expires=expires, topology_wanted=wanted,
                              heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s)
 

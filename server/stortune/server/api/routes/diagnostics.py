@@ -21,7 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from stortune.schemas.bundle import BundleError, pack
 from stortune.server.agentclient import AgentClientFactory, AgentError
 from stortune.server.api.audit import audited
-from stortune.server.api.deps import NowDep, SessionDep
+from stortune.server.api.deps import NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.ratelimit import RateLimited
 from stortune.server.api.security import Authorized, VisibleHostName
@@ -56,11 +56,11 @@ def _address(sessions: sessionmaker[Session], name: str) -> str:
 
 
 def _build(sessions: sessionmaker[Session], name: str, data: bytes, now: datetime,
-           redact: bool) -> tuple[bytes, str]:
+           redact: bool, *, ram_share: float) -> tuple[bytes, str]:
     """(tar.gz, file name)."""
     with sessions() as session:
         host = hosts.get(session, name, with_topology=False)
-        bundle, _added = diagnostics.build(session, host, data, now, redact=redact)
+        bundle, _added = diagnostics.build(session, host, data, now, redact=redact, ram_share=ram_share)
     archive = pack(bundle)
     # A redacted bundle's file name must not carry the host's name either.
     label = bundle.info.host if not redact else "host"
@@ -71,7 +71,7 @@ def _build(sessions: sessionmaker[Session], name: str, data: bytes, now: datetim
             dependencies=[RateLimited("diagnostics", per_minute=DOWNLOADS_PER_MINUTE)])
 @audited
 async def download_diagnostics(
-    *, who: Downloader, name: VisibleHostName, request: Request, now: NowDep,
+    *, who: Downloader, name: VisibleHostName, request: Request, now: NowDep, settings: SettingsDep,
     redact: Annotated[bool, Query(description="false: values in clear (admins only)")] = True,
     timeout: Annotated[float, Query(ge=0, le=600, description="per tool on the host, seconds;"
                                                               " 0: the agent's default")] = 0,
@@ -91,7 +91,8 @@ async def download_diagnostics(
                           kind="Host", name=name) from None
     try:
         async with _mapping_lock(request):
-            archive, filename = await run_in_threadpool(_build, sessions, name, data, now, redact)
+            archive, filename = await run_in_threadpool(_build, sessions, name, data, now, redact,
+                                                        ram_share=settings.stripe_cache_ram_share)
     except BundleError as exc:
         raise Unavailable(f"the agent of {name} sent a bundle that does not verify: {exc}",
                           kind="Host", name=name) from None

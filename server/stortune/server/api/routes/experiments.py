@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
 
+from stortune.schemas.profile import NAME_PATTERN
 from stortune.schemas.tuning.experiment import TuningExperiment, parse_experiment
 from stortune.server.api.audit import note_resource
 from stortune.server.api.deps import DocumentDep, NowDep, SessionDep, SettingsDep
@@ -145,7 +146,9 @@ def create_experiment(
 @router.get("")
 def list_experiments(
     *, who: Reader, session: SessionDep,
-    name: Annotated[str | None, Query(max_length=253, description="metadata.name")] = None,
+    # A name, as every metadata.name: anything else (a NUL PostgreSQL cannot even compare) is a 422.
+    name: Annotated[str | None, Query(pattern=NAME_PATTERN, max_length=253, description="metadata.name")]
+    = None,
     state: Annotated[list[Literal["queued", "running", "done", "cancelled", "failed"]] | None,
                      Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,

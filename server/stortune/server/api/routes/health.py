@@ -1,4 +1,9 @@
-"""/healthz: the process serves and its database answers."""
+"""Health: /healthz (the process serves and its database answers) and /livez (it serves).
+
+Kubernetes restarts a container whose liveness probe fails, so that probe is /livez,
+which touches nothing but the event loop: a database outage must take the replicas
+out of the Service (readiness, /healthz), not restart all of them at once.
+"""
 
 from __future__ import annotations
 
@@ -18,4 +23,10 @@ def healthz(session: SessionDep) -> dict[str, str]:
         session.execute(text("SELECT 1"))
     except SQLAlchemyError as exc:
         raise Unavailable(f"database unavailable: {type(exc).__name__}") from None
+    return {"status": "ok"}
+
+
+@router.get("/livez")
+async def livez() -> dict[str, str]:
+    """The process answers; the database is not asked (the liveness probe)."""
     return {"status": "ok"}

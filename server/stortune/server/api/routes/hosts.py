@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 
 from stortune.server.api import label_selector
 from stortune.server.api.cached_reads import READ_HOSTS, host_key, list_key, status_key
-from stortune.server.api.deps import NowDep, SessionDep
+from stortune.server.api.deps import NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.rendered import DocumentCache, join_list, respond
 from stortune.server.api.security import Authorized, VisibleHostName
@@ -25,7 +25,7 @@ from stortune.server.models.hosts import (
     LabelsReplace,
 )
 from stortune.server.models.meta import ListMeta, format_resource_version
-from stortune.server.services import hosts
+from stortune.server.services import analysis, hosts
 from stortune.server.services.versions import current_resource_version
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
@@ -94,6 +94,20 @@ def get_host_lease(who: Reader, name: VisibleHostName, session: SessionDep) -> H
 def get_host_topology(who: Reader, name: VisibleHostName, session: SessionDep) -> dict[str, Any] | None:
     """The Topology the agent last reported (null until it has)."""
     return hosts.get(session, name).topology
+
+
+@router.get("/{name}/analysis", responses=NOT_FOUND)
+def get_host_analysis(
+    who: Reader, name: VisibleHostName, session: SessionDep, settings: SettingsDep,
+    runs: Annotated[int, Query(ge=1, le=analysis.MAX_RUNS,
+                               description="Latest finished benchmark runs compared for slow members")]
+    = analysis.DEFAULT_RUNS,
+) -> dict[str, Any]:
+    """Where the host's limits are: every device's layers with their ceilings and where they
+    came from, the layout checks, members slower than their peers across runs, path balance.
+    409 until the agent has reported its topology."""
+    return analysis.analyze(session, name, runs=runs,
+                            ram_share=settings.stripe_cache_ram_share).model_dump(mode="json")
 
 
 @router.put("/{name}/labels", responses=NOT_FOUND)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request, Response, status
 
 from stortune.server.api import label_selector
 from stortune.server.api.audit import note_resource
-from stortune.server.api.deps import DocumentDep, NowDep, ProfileName, SessionDep
+from stortune.server.api.deps import DocumentDep, NowDep, ProfileName, SessionDep, SettingsDep
 from stortune.server.api.openapi import BAD_REQUEST, CONFLICT, NOT_FOUND, PROFILE_BODY, TOO_MANY
 from stortune.server.api.ratelimit import Quota, QuotaOf
 from stortune.server.api.security import Authorized
@@ -50,14 +50,15 @@ def list_profiles(who: Reader, session: SessionDep, selector: Selector = None) -
                         200: {"model": DryRunResult, "description": "Dry run"}})
 def create_profile(
     *, who: Writer, quota: DryRunQuota, body: DocumentDep, session: SessionDep, now: NowDep,
-    request: Request, response: Response, dry_run: DryRun = None,
+    request: Request, response: Response, settings: SettingsDep, dry_run: DryRun = None,
 ) -> ProfileDocument | DryRunResult:
     profile = profiles.validate(body)
     note_resource(request, f"profiles/{profile.name}")
     if dry_run:
         quota.spend()
         response.status_code = status.HTTP_200_OK
-        row, plans = profiles.preview_create(session, profile, now)
+        row, plans = profiles.preview_create(session, profile, now,
+                                             ram_share=settings.stripe_cache_ram_share)
         return _dry_run(row, plans, stored=False)
     return ProfileDocument.from_row(profiles.create(session, profile, now))
 
@@ -71,14 +72,15 @@ def get_profile(who: Reader, name: ProfileName, session: SessionDep) -> ProfileD
             responses={**BAD_REQUEST, **NOT_FOUND, **CONFLICT, **TOO_MANY})
 def replace_profile(
     *, who: Writer, quota: DryRunQuota, name: ProfileName, body: DocumentDep, session: SessionDep,
-    now: NowDep, dry_run: DryRun = None,
+    now: NowDep, settings: SettingsDep, dry_run: DryRun = None,
 ) -> ProfileDocument | DryRunResult:
     """Replace the document. metadata.resourceVersion, when given, must be the stored one (else 409);
     without it the update is unconditional."""
     profile = profiles.validate(body)
     if dry_run:
         quota.spend()
-        row, plans = profiles.preview_replace(session, name, profile)
+        row, plans = profiles.preview_replace(session, name, profile,
+                                              ram_share=settings.stripe_cache_ram_share)
         return _dry_run(row, plans, stored=True)
     return ProfileDocument.from_row(profiles.replace(session, name, profile, now))
 
@@ -87,13 +89,14 @@ def replace_profile(
     "model": ProfileDocument, "description": "Deletion pending: hosts still hold its settings"}})
 def delete_profile(
     *, who: Writer, quota: DryRunQuota, name: ProfileName, session: SessionDep, now: NowDep,
-    response: Response, dry_run: DryRun = None,
+    response: Response, settings: SettingsDep, dry_run: DryRun = None,
 ) -> ProfileDocument | DryRunResult:
     """Delete; hosts put its settings back before it goes (a finalizer). With dryRun=All: the
     per-host plans without it (its settings as restorations), deleting nothing."""
     if dry_run:
         quota.spend()
-        row, plans = profiles.preview_delete(session, name, now)
+        row, plans = profiles.preview_delete(session, name, now,
+                                             ram_share=settings.stripe_cache_ram_share)
         return _dry_run(row, plans, stored=True)
     row, pending = profiles.delete(session, name, now)
     if pending:

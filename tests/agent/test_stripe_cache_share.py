@@ -1,0 +1,105 @@
+"""--stripe-cache-ram-share on the agent's commands: a bad share is refused naming the option;
+a share given changes what plan, apply, the hot-plug re-apply (serve --once) and analyze refuse
+or warn about, on the md RAID5 file server fixture (md126: 5 disks, 31.3 GiB of RAM)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stortune.agent.cli import main
+from stortune.agent.kernelfs import KernelFS
+from tests.fixtures.scenarios import SCENARIOS
+
+# 4096 x 4 KiB x 5 disks = 80 MiB: 0.25 % of the fixture's RAM, well inside the default 25 %.
+PROFILE = """\
+apiVersion: stortune/v1
+kind: StorageProfile
+metadata: {name: arrays}
+spec:
+  rules:
+    - name: arrays
+      match: {kind: [md]}
+      settings: {stripe_cache_size: 4096}
+"""
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> KernelFS:
+    return SCENARIOS["md_raid5_fileserver"](tmp_path / "host")
+
+
+def run(fs: KernelFS, *args: str, profile: Path | None = None, state: Path | None = None) -> int:
+    argv = [args[0], "--sysfs", str(fs.sysfs), "--procfs", str(fs.procfs), *args[1:]]
+    if profile is not None:
+        argv += ["-f", str(profile)]
+    if state is not None:
+        argv += ["--state-dir", str(state)]
+    return main(argv)
+
+
+@pytest.fixture
+def profile(tmp_path: Path) -> Path:
+    path = tmp_path / "arrays.yaml"
+    path.write_text(PROFILE)
+    return path
+
+
+@pytest.mark.parametrize("command", ["plan", "apply", "explain", "udev-rules", "serve", "analyze", "tune"])
+@pytest.mark.parametrize("value", ["0", "-0.25", "1.01", "nan", "inf", "a quarter", ""])
+def test_a_bad_share_is_refused_naming_the_option(command: str, value: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main([command, "--stripe-cache-ram-share", value])
+    assert exited.value.code == 1
+    err = capsys.readouterr().err
+    assert "--stripe-cache-ram-share" in err and "more than 0 and at most 1" in err
+
+
+def test_plan_refuses_the_cache_above_the_share_given(host: KernelFS, profile: Path, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state"
+    refused = run(host, "plan", "--stripe-cache-ram-share", "0.001", "-o", "json", profile=profile,
+                  state=state)
+    doc = json.loads(capsys.readouterr().out)
+    assert refused == 1
+    [rejection] = doc["rejections"]
+    assert (rejection["device"], rejection["tunable"], rejection["fatal"]) == (
+        "md126", "stripe_cache_size", True)
+    assert "more than the 0.1 % allowed" in rejection["reason"]
+    # the default share (and a share of all the RAM) let it through: changes pending
+    assert run(host, "plan", "-o", "json", profile=profile, state=state) == 2
+    assert not json.loads(capsys.readouterr().out)["rejections"]
+    assert run(host, "plan", "--stripe-cache-ram-share", "1", profile=profile, state=state) == 2
+
+
+def test_apply_and_the_re_apply_of_serve_hold_to_the_share(host: KernelFS, profile: Path, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    state = tmp_path / "state"
+    cache = host.sysfs / "block" / "md126" / "md" / "stripe_cache_size"
+    assert run(host, "apply", "--stripe-cache-ram-share", "0.001", profile=profile, state=state) == 1
+    assert "more than the 0.1 % allowed" in capsys.readouterr().err
+    assert cache.read_text().strip() == "256"  # nothing was changed
+    assert run(host, "apply", profile=profile, state=state) == 0
+    assert cache.read_text().strip() == "4096"
+    cache.write_text("256\n")  # drifted: the re-apply would set it again, unless the share forbids it
+    assert run(host, "serve", "--once", "--stripe-cache-ram-share", "0.001", state=state) == 1
+    assert cache.read_text().strip() == "256"
+    assert run(host, "serve", "--once", state=state) == 0
+    assert cache.read_text().strip() == "4096"
+
+
+def test_analyze_warns_about_a_cache_above_the_share_given(host: KernelFS, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    def check(*share: str) -> dict[str, str]:
+        assert run(host, "analyze", *share, "-o", "json", state=tmp_path / "s") == 0
+        md = next(d for d in json.loads(capsys.readouterr().out)["devices"] if d["device"] == "md126")
+        found: dict[str, str] = next(c for c in md["checks"] if c["code"] == "stripe-cache-ram")
+        return found
+
+    assert check()["severity"] == "info"
+    # 256 x 4 KiB x 5 disks = 5 MiB, 0.016 % of the RAM
+    over = check("--stripe-cache-ram-share", "0.0001")
+    assert over["severity"] == "warning" and "more than the 0.01 % allowed" in over["message"]
