@@ -1,14 +1,15 @@
-"""The hosts' stored state, kept in memory for scrapes: one record per host, by resourceVersion.
+"""The hosts' stored state, kept in memory: one record per host, by resourceVersion.
 
-A scrape must not cost a query of every host (nor, worse, a call to every
-agent). Every host write bumps the one resourceVersion counter and stamps the
-row with it, so a refresh reads the counter and, only when it moved, the rows
-written since the last refresh plus the list of names (deletions). An idle
-fleet's scrape is then one counter read. A full reload every ``full_every``
+What a scrape (/metrics) and the host list's filters and counts read: neither may
+cost a query of every host (nor, worse, a call to every agent). Every host write
+bumps the one resourceVersion counter and stamps the row with it, so a refresh
+reads the counter and, only when it moved, the rows written since the last
+refresh plus the list of names (deletions). An idle fleet's scrape is then one
+counter read. A full reload every ``full_every``
 seconds mends a row a concurrent PostgreSQL transaction stamped with a version
 older than one already read.
 
-Only what the gauges need is kept: never the host key hash, topology, tokens or
+Only what the gauges and the list's filters need is kept: never the host key hash, topology, tokens or
 facts beyond the named ones.
 """
 
@@ -85,14 +86,23 @@ class FleetState:
         self._full_at = float("-inf")
         self._runs_at = float("-inf")
         self.hosts: dict[str, HostRecord] = {}
+        self._sorted: tuple[dict[str, HostRecord], list[str]] | None = None
         #: (kind: benchmark | experiment, state) -> how many.
         self.runs: dict[tuple[str, str], int] = {}
 
     def put(self, records: Iterable[HostRecord]) -> None:
         """Set records directly (benchmarks of the scrape; tests)."""
         with self._lock:
-            for r in records:
-                self.hosts[r.name] = r
+            self.hosts = {**self.hosts, **{r.name: r for r in records}}
+
+    def snapshot(self) -> tuple[Mapping[str, HostRecord], list[str]]:
+        """The records and their names sorted, as of one refresh: sorted again only after the
+        records changed."""
+        hosts = self.hosts  # replaced, never changed in place, by every refresh
+        kept = self._sorted
+        if kept is None or kept[0] is not hosts:
+            kept = self._sorted = (hosts, sorted(hosts))
+        return kept
 
     def refresh(self) -> None:
         if self._sessions is None:
