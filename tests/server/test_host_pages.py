@@ -168,3 +168,15 @@ def test_the_fleet_summary_counts_each_condition_status(client: TestClient, flee
     web = client.get(SUMMARY, params={"labelSelector": "role=web", "condition": "Drifted=True"}).json()
     assert web["hosts"] == 2
     assert client.get(SUMMARY, params={"labelSelector": "role in (("}).status_code in (400, 422)
+
+
+def test_the_fleet_summary_counts_the_generations_hosts_applied(app: FastAPI, client: TestClient,
+                                                                clock: FakeClock, fleet: list[str]) -> None:
+    with app.state.sessions() as session:
+        for name, generation in (("h01", 2), ("h02", 3), ("h03", 3)):
+            hosts.write_status(session, name, now=clock(), applied_generations={"streaming": generation},
+                               conditions=[("Applied", "True", "Applied", f"generation {generation}")])
+    body = client.get(SUMMARY).json()
+    assert body["appliedGenerations"] == {"streaming": {"2": 1, "3": 2}}
+    drifted = client.get(SUMMARY, params={"condition": "Drifted=True"}).json()
+    assert drifted["appliedGenerations"] == {"streaming": {"3": 1}}  # h03 is the drifted one

@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
@@ -42,6 +42,8 @@ class HostRecord:
     conditions: Mapping[str, tuple[str, str]]
     labels: Mapping[str, str]
     settings: tuple[Setting, ...]
+    #: Profile -> the generation the agent last applied.
+    applied: Mapping[str, int] = field(default_factory=dict)
 
 
 def _text(value: Any) -> str:
@@ -55,7 +57,7 @@ def _setting_value(value: Any) -> int | str | None:
 
 
 def record_of(name: str, *, version: int, address: str, facts: Mapping[str, Any], status: Mapping[str, Any],
-              labels: Mapping[str, str]) -> HostRecord:
+              labels: Mapping[str, str], applied: Mapping[str, int] | None = None) -> HostRecord:
     conditions = {str(c.get("type")): (str(c.get("status")), str(c.get("reason", "")))
                   for c in status.get("conditions", []) if isinstance(c, dict)}
     settings = tuple(
@@ -65,11 +67,12 @@ def record_of(name: str, *, version: int, address: str, facts: Mapping[str, Any]
     return HostRecord(name=name, version=version, address=address,
                       agent_version=_text(facts.get("agent_version")), kernel=_text(facts.get("kernel")),
                       conditions=conditions, labels=dict(labels),
-                      settings=settings)
+                      settings=settings, applied={k: v for k, v in (applied or {}).items()
+                                                  if isinstance(k, str) and isinstance(v, int)})
 
 
 _COLUMNS = (Host.name, Host.resource_version, Host.address, Host.facts, Host.status, Host.reported_labels,
-            Host.labels)
+            Host.labels, Host.applied_generations)
 
 
 class FleetState:
@@ -124,9 +127,10 @@ class FleetState:
     def _load(self, session: Session, since: int, full: bool) -> None:
         hosts = {} if full else dict(self.hosts)
         for row in session.execute(select(*_COLUMNS).where(Host.resource_version > since)):
-            name, version, address, facts, status, reported, labels = row
+            name, version, address, facts, status, reported, labels, applied = row
             hosts[name] = record_of(name, version=version, address=address, facts=facts or {},
-                                    status=status or {}, labels={**(reported or {}), **(labels or {})})
+                                    status=status or {}, labels={**(reported or {}), **(labels or {})},
+                                    applied=applied or {})
         if not full:
             names = set(session.scalars(select(Host.name)))
             hosts = {n: r for n, r in hosts.items() if n in names}

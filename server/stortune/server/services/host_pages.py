@@ -127,3 +127,13 @@ def count_conditions(records: Mapping[str, HostRecord], names: Iterable[str],
         for kind in kinds:
             counts[kind][status_of(record, kind)] += 1
     return counts
+
+
+def count_applied(records: Mapping[str, HostRecord], names: Iterable[str]) -> dict[str, dict[str, int]]:
+    """Per profile, how many of ``names`` last applied each of its generations."""
+    counts: dict[str, dict[str, int]] = {}
+    for name in names:
+        for profile, generation in records[name].applied.items():
+            per = counts.setdefault(profile, {})
+            per[str(generation)] = per.get(str(generation), 0) + 1
+    return counts

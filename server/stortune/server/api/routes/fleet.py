@@ -38,6 +38,9 @@ class FleetSummary(BaseModel):
     conditions: dict[str, dict[str, int]] = Field(
         description="Condition type -> status (True, False, Unknown) -> hosts; a host without the"
                     " condition yet counts as Unknown")
+    appliedGenerations: dict[str, dict[str, int]] = Field(
+        description="Profile -> generation -> hosts whose agent last applied that generation (with"
+                    " ?condition=Ready=True: the hosts a rollout has reached)")
 
 
 @router.get("/summary", response_model=FleetSummary)
@@ -56,7 +59,8 @@ async def fleet_summary(who: Reader, request: Request, selector: Selector = None
                                     visible=who.may_see_host)
         summary = FleetSummary(metadata=ListMeta(resourceVersion=format_resource_version(version)),
                                hosts=len(names),
-                               conditions=host_pages.count_conditions(records, names, COUNTED))
+                               conditions=host_pages.count_conditions(records, names, COUNTED),
+                               appliedGenerations=host_pages.count_applied(records, names))
         return summary.model_dump_json(by_alias=True).encode()
 
     scope = who.hosts.model_dump_json() if who.hosts is not None else ""
