@@ -29,10 +29,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # the fixture host and the fake fio live with the tests
 
 import httpx  # noqa: E402
-import uvicorn  # noqa: E402
 
 from stortune.agent.serve import Agent, ServeOptions  # noqa: E402
-from stortune.server import RecordingController, Settings, create_app  # noqa: E402
+from stortune.server import (  # noqa: E402
+    RecordingController,
+    Settings,
+    create_app,
+    serving,
+)
 from stortune.server.agentclient import AgentClients  # noqa: E402
 from stortune.server.auth import Role  # noqa: E402
 from tests.agent.fakefio import SurfaceFio  # noqa: E402
@@ -69,7 +73,7 @@ def main() -> int:
         app = create_app(settings, controller=RecordingController(), agents=AgentClients())
         sock = socket.socket()
         sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+        server = serving.Server(app, log_level="warning", lifespan="on")
         thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
         thread.start()
         try:

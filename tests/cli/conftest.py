@@ -13,7 +13,6 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 
 from stortune.cli.main import main
@@ -25,7 +24,7 @@ from stortune.schemas.topology import (
     Topology,
     TunableState,
 )
-from stortune.server import RecordingController, Settings, create_app
+from stortune.server import RecordingController, Settings, create_app, serving
 from stortune.server.auth import Role
 from tests.server.support import issue_token
 
@@ -107,7 +106,7 @@ def serve(app: FastAPI) -> Iterator[ControlPlane]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))  # bound here and handed over: no race for the port
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = serving.Server(app, log_level="warning", lifespan="on")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

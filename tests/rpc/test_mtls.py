@@ -19,7 +19,6 @@ from pathlib import Path
 
 import grpc
 import pytest
-import uvicorn
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
@@ -36,6 +35,7 @@ from stortune.server.agentclient import (
     Timeouts,
 )
 from stortune.server.auth import Role
+from stortune.server.serving import Server as UvicornServer
 from tests.fixtures.agent_host import Host, build_host
 from tests.server.support import issue_token
 
@@ -221,7 +221,7 @@ def control_plane(tmp_path: Path, pki: Path) -> Iterator[tuple[str, str, str]]:
                      controller=RecordingController())
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = UvicornServer(app, log_level="warning", lifespan="on")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -57,12 +57,17 @@ class FakeControlPlane:
     script: dict[str, list[Reply]] = field(default_factory=dict)
     heartbeat_s: float = 0.1
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: None: a control plane without watches (404, as before they existed); else how long it
+    #: holds one.
+    watch_s: float | None = None
 
     def kind(self, method: str, path: str) -> str:
         if path == "/api/v1/agents/register":
             return "register"
         if path.endswith("/heartbeat"):
             return "heartbeat"
+        if path.endswith("/watch"):
+            return "watch"
         if method == "PUT" and path.endswith("/topology"):
             return "topology"
         return "other"
@@ -82,15 +87,21 @@ class FakeControlPlane:
             return 200, {"topology_wanted": False}
         if kind == "topology":
             return 200, {}
+        if kind == "watch" and self.watch_s is not None:
+            time.sleep(self.watch_s)
+            return 200, {"watch_s": self.watch_s, "topology_wanted": False}
         return 404, {"detail": "no such route"}
 
     def of(self, kind: str) -> list[Request]:
         with self.lock:
             return [r for r in self.requests if self.kind(r.method, r.path) == kind]
 
-    def kinds(self) -> list[str]:
+    def kinds(self, *, watches: bool = False) -> list[str]:
+        """The kinds of the requests in order; without the watches unless asked (an agent tries
+        one, and falls back to heartbeats when the control plane has none)."""
         with self.lock:
-            return [self.kind(r.method, r.path) for r in self.requests]
+            kinds = [self.kind(r.method, r.path) for r in self.requests]
+        return [k for k in kinds if watches or k != "watch"]
 
     def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
@@ -175,7 +186,11 @@ def test_registers_then_heartbeats(managed: Callable[..., Agent], plane: FakeCon
 
     beat = plane.of("heartbeat")[0]
     assert beat.path == "/api/v1/agents/rpc-host/heartbeat"
-    assert beat.body == {"topology_hash": register["topology_hash"], "boot_id": BOOT_ID}
+    assert beat.body == {"topology_hash": register["topology_hash"], "boot_id": BOOT_ID,
+                         "observed_digest": register["observed_digest"]}
+    # This control plane holds no watches: the agent asked once, then heartbeats.
+    assert plane.kinds(watches=True)[:3] == ["register", "watch", "heartbeat"]
+    assert len(plane.of("watch")) == 1
 
     # Registered, and the API the control plane will call is up at the advertised address.
     _, _, topology_hash = call(lambda c: c.for_address(register["address"]).get_topology())
@@ -420,3 +435,64 @@ def test_a_refused_identity_is_logged_once_with_what_to_do_and_retried_slowly(
     assert "token's role" not in errors[0]
     assert "K" * 43 not in "\n".join(r.getMessage() for r in caplog.records)
     assert {r.host_key for r in plane.requests} == {"K" * 43}
+
+
+# -- watches: a control plane that holds them ---------------------------------------------------
+
+def _observed_digest(agent: Agent) -> str:
+    """The digest of what GetObserved answers now, as the control plane computes it."""
+    return str(call(lambda c: c.for_address(agent.address).get_observed()).digest)
+
+
+def test_a_watching_agent_sends_no_heartbeat_until_its_values_change(
+        managed: Callable[..., Agent], plane: FakeControlPlane, host: Host) -> None:
+    plane.watch_s = 0.2
+    agent = managed(observe_interval=0.1)
+    plane.wait_for(lambda: len(plane.of("watch")) >= 4)
+    assert plane.kinds(watches=True)[:2] == ["register", "watch"]
+    assert plane.of("heartbeat") == []  # held watches keep the lease: nothing else is sent
+    watch = plane.of("watch")[0]
+    assert watch.path == "/api/v1/agents/rpc-host/watch"
+    assert watch.body["observed_digest"] == _observed_digest(agent)
+    assert plane.of("register")[0].body["observed_digest"] == watch.body["observed_digest"]
+
+    # A hand-made change: reported by a heartbeat at once, with the digest the control plane
+    # will compute from GetObserved, while the watch stays held.
+    (host.fs.sysfs / "block/loop7/queue/read_ahead_kb").write_text("4096\n")
+    plane.wait_for(lambda: len(plane.of("heartbeat")) >= 1)
+    changed = plane.of("heartbeat")[0].body["observed_digest"]
+    assert changed != watch.body["observed_digest"] and changed == _observed_digest(agent)
+    plane.wait_for(lambda: plane.of("watch")[-1].body["observed_digest"] == changed)
+    assert len(plane.of("heartbeat")) == 1  # one change, one report
+
+
+def test_stop_ends_a_held_watch_at_once(managed: Callable[..., Agent], plane: FakeControlPlane) -> None:
+    plane.watch_s = 60.0  # held far longer than a stop may take
+    agent = managed()
+    plane.wait_for(lambda: len(plane.of("watch")) >= 1)
+    started = time.monotonic()
+    agent.stop()
+    took = time.monotonic() - started
+    assert took < 10, f"stop took {took:.1f} s with a watch held"
+    registrar = agent.registrar
+    assert registrar is not None and registrar.state == "registered"
+
+
+def test_hostile_a_server_answering_every_watch_at_once_does_not_make_a_busy_loop(
+        managed: Callable[..., Agent], plane: FakeControlPlane) -> None:
+    plane.script["watch"] = [(200, {"watch_s": 0, "topology_wanted": False})] * 50
+    managed()
+    plane.wait_for(lambda: len(plane.of("watch")) >= 2)
+    time.sleep(1.5)
+    watches = plane.of("watch")
+    assert len(watches) <= 4, f"{len(watches)} watches in about 2 s"
+    assert plane.of("heartbeat") == []
+
+
+def test_a_watch_asking_for_the_topology_gets_it_then_the_agent_watches_again(
+        managed: Callable[..., Agent], plane: FakeControlPlane) -> None:
+    plane.watch_s = 0.1
+    plane.script["watch"] = [(200, {"watch_s": 0.1, "topology_wanted": True})]
+    managed()
+    plane.wait_for(lambda: len(plane.of("topology")) == 1 and len(plane.of("watch")) >= 3)
+    assert plane.kinds(watches=True)[:4] == ["register", "watch", "topology", "watch"]

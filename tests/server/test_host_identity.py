@@ -22,13 +22,13 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from sqlalchemy import select, update
 
 from stortune.agent import hostkey
 from stortune.agent.serve import Agent, ServeOptions
 from stortune.api.agent import HOST_KEY_HEADER, tls
+from stortune.server import serving
 from stortune.server.auth import Role
 from stortune.server.db.tables import Base, Host
 from tests.fixtures.agent_host import Host as FixtureHost
@@ -86,7 +86,7 @@ def plane(make_app: AppFactory, clock: FakeClock) -> Iterator[Plane]:
     app = make_app()
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    server = serving.Server(app, log_level="warning", lifespan="on")
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     try:

@@ -117,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     _state(p)
     p.add_argument("--rescan-interval", type=float, default=30.0,
                    help="seconds between rescans when udev events are unavailable")
+    p.add_argument("--observe-interval", type=_seconds_at_least_1, default=10.0,
+                   help="with --server: seconds between reads of the values, to report a change"
+                        " (drift) to the control plane as it happens (default 10)")
     p.add_argument("--once", action="store_true", help="recover, re-apply and exit")
     _ram_share(p)
     p.add_argument("--server", metavar="URL",
@@ -217,23 +220,31 @@ def _agent_token(path: str | None) -> str | None:
     return token
 
 
-def _positive(text: str) -> float:
+def _number_of_seconds(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+
+
+def _positive(text: str) -> float:
+    value = _number_of_seconds(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
     return value
 
 
 def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    value = _number_of_seconds(text)
     if not 0 <= value <= 86400:
         raise argparse.ArgumentTypeError(f"{text!r}: must be 0 to 86400 seconds")
+    return value
+
+
+def _seconds_at_least_1(text: str) -> float:
+    value = _number_of_seconds(text)
+    if not 1 <= value <= 3600:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be 1 to 3600 seconds")
     return value
 
 
@@ -358,7 +369,8 @@ def _serve(args: argparse.Namespace) -> int:
     options = serve.ServeOptions(
         listen=args.listen, server=args.server, name=args.name, labels=labels,
         heartbeat=args.heartbeat, advertise=args.advertise, rescan_interval=args.rescan_interval,
-        token=token, tool_path=args.tool_path, insecure=args.insecure, tls_files=_tls_files(args),
+        observe_interval=args.observe_interval, token=token, tool_path=args.tool_path,
+        insecure=args.insecure, tls_files=_tls_files(args),
         control_plane_name=args.control_plane_name, bench_dirs=tuple(args.bench_dir),
         stripe_cache_ram_share=args.stripe_cache_ram_share,
     )

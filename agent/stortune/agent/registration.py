@@ -5,9 +5,17 @@ Plain JSON over HTTP with the standard library, so the agent stays small::
     POST {server}/api/v1/agents/register
          {name, address, labels, facts, topology, topology_hash}
       -> {name, heartbeat_interval_s, lease_duration_s, topology_wanted}
-    POST {server}/api/v1/agents/{name}/heartbeat    {topology_hash, boot_id}
+    POST {server}/api/v1/agents/{name}/watch        {topology_hash, boot_id, observed_digest}
+      -> held by the server up to watch_s, then {watch_s, topology_wanted, reconnect_after_s}
+    POST {server}/api/v1/agents/{name}/heartbeat    {topology_hash, boot_id, observed_digest}
       -> {topology_wanted, heartbeat_interval_s}     (404: unknown agent, register again)
     PUT  {server}/api/v1/agents/{name}/topology     {topology, topology_hash}
+
+The agent keeps a watch open: while the server holds it, the server keeps the agent's
+lease without a request per heartbeat, and at the end of the hold the agent calls again.
+What changes on the host (its values' digest, its devices) is reported at once with a
+heartbeat from the thread that noticed it (``report()``). A server without the watch call
+(an older one) is sent paced heartbeats instead.
 
 Every call carries ``Authorization: Bearer TOKEN``, the agents' bootstrap token
 (``--token-file``); a 401 or 403 is retried with backoff like any failure, so
@@ -28,6 +36,7 @@ in lock step), and logged once per change of state, not once per attempt.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -53,6 +62,9 @@ from stortune.schemas.topology import Topology
 log = logging.getLogger("stortune.agent.registration")
 
 DEFAULT_HEARTBEAT_S = 30.0
+#: A watch's timeout before the server said how long it holds them, and the margin above that.
+DEFAULT_HOLD_S = 600.0
+WATCH_MARGIN_S = 30.0
 MIN_HEARTBEAT_S = 0.1  # a server bug answering 0 must not turn into a busy loop
 
 
@@ -95,6 +107,13 @@ class RequestFailed(Exception):
 
 class _Gone(Exception):
     """The server does not know this agent (404): register again."""
+
+
+def _number(value: object) -> float | None:
+    """A positive number from the server's answer, else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 < value < 86_400:
+        return float(value)
+    return None
 
 
 def backoff_delay(attempt: int, base: float, cap: float,
@@ -179,7 +198,8 @@ class Registrar:
 
     def __init__(self, config: RegistrationConfig, *, facts: Callable[[], dict[str, Any]],
                  discover: Callable[[], Topology], topology_hash: Callable[[], str],
-                 boot_id: str, uniform: Callable[[float, float], float] = random.uniform) -> None:
+                 boot_id: str, uniform: Callable[[float, float], float] = random.uniform,
+                 observed_digest: Callable[[], str | None] = lambda: None) -> None:
         if not config.server.startswith(("http://", "https://")):
             raise ValueError(f"server URL {config.server!r} must start with http:// or https://")
         self.config = config
@@ -189,6 +209,7 @@ class Registrar:
         self._topology_hash = topology_hash
         self._boot_id = boot_id
         self._uniform = uniform
+        self._observed_digest = observed_digest
         self._opener = urllib.request.build_opener()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -199,15 +220,35 @@ class Registrar:
         self.interval = config.heartbeat or DEFAULT_HEARTBEAT_S
         self.lease: float | None = None
         self._sent_hash: str | None = None
+        #: Whether the server holds watches: None until the first one is tried.
+        self.watching: bool | None = None
+        #: How long the server held the last watch (the next one's timeout is kept above it).
+        self._hold = DEFAULT_HOLD_S
+        self._held = HeldCall()
+        #: Reports from other threads and the loop's own calls are one at a time.
+        self._calls = threading.Lock()
 
     # -- control --------------------------------------------------------------
     def stop(self) -> None:
         self._stopped.set()
+        self._held.abort()
         self._wake.set()
 
     def poke(self) -> None:
+        """Something changed on the host: report it now (from the caller's thread while a watch
+        is held; else by an early heartbeat of the loop)."""
+        if self.watching is not False and self.name is not None and self._state == "registered":
+            self.report()
+            return
         self._poked = True
         self._wake.set()
+
+    def report(self) -> None:
+        """A heartbeat now, with the current digests; never raises (the loop retries what fails)."""
+        try:
+            self._heartbeat()
+        except (RequestFailed, _Gone) as exc:
+            log.info("reporting a change to %s failed (%s); the watch loop tries again", self._base, exc)
 
     @property
     def state(self) -> str:
@@ -220,8 +261,12 @@ class Registrar:
             try:
                 if self.name is None:
                     self._register()
+                    after = self.interval if self.watching is False else 0.0
+                elif self.watching is not False:
+                    after = self._watch()
                 else:
                     self._heartbeat()
+                    after = self.interval
             except _Gone as exc:
                 self.name = None
                 self._transition("lost", logging.WARNING,
@@ -229,6 +274,8 @@ class Registrar:
                 delay = 0.0
                 continue
             except RequestFailed as exc:
+                if self._stopped.is_set():  # the held watch was ended by stop()
+                    return
                 failures += 1
                 if exc.identity_refused:
                     cap = self.config.refused_backoff_cap or 10 * self.config.backoff_cap
@@ -252,7 +299,7 @@ class Registrar:
                 log.info("control plane %s reachable again after %d failed attempt(s)",
                          self._base, failures)
             failures = 0
-            delay = self.interval
+            delay = after
 
     def _sleep(self, delay: float) -> bool:
         """Wait ``delay`` s, less if poked while registered; False once stopped."""
@@ -291,6 +338,9 @@ class Registrar:
             "labels": dict(self.config.labels), "facts": self._facts(),
             "topology": topology.model_dump(mode="json"), "topology_hash": topology_hash,
         }
+        digest = self._observed_digest()
+        if digest is not None:
+            body["observed_digest"] = digest
         status, data = self._call("POST", "/api/v1/agents/register", body, "register")
         if status == 404:
             raise RequestFailed(f"register: HTTP 404 from {self._base}/api/v1/agents/register"
@@ -304,17 +354,55 @@ class Registrar:
                          f"registered with {self._base} as {self.name!r} ({self.config.address});"
                          f" heartbeat every {self.interval:g} s")
 
+    def _beat(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"topology_hash": self._topology_hash(), "boot_id": self._boot_id}
+        digest = self._observed_digest()
+        if digest is not None:
+            body["observed_digest"] = digest
+        return body
+
     def _heartbeat(self) -> None:
-        topology_hash = self._topology_hash()
-        status, data = self._call("POST", f"/api/v1/agents/{self._quoted()}/heartbeat",
-                                  {"topology_hash": topology_hash, "boot_id": self._boot_id},
-                                  "heartbeat")
+        with self._calls:
+            body = self._beat()
+            status, data = self._call("POST", f"/api/v1/agents/{self._quoted()}/heartbeat", body,
+                                      "heartbeat")
+            if status == 404:
+                raise _Gone("answered 404 to the heartbeat: it does not know this agent")
+            self._timing(data)
+            self._transition("registered", logging.DEBUG, f"heartbeat accepted by {self._base}")
+            if data.get("topology_wanted") is True or body["topology_hash"] != self._sent_hash:
+                self._send_topology()
+
+    def _watch(self) -> float:
+        """One watch, held by the server; -> how long to wait before the next."""
+        body = self._beat()
+        started = time.monotonic()
+        status, data = self._held.post(
+            self._base, f"/api/v1/agents/{self._quoted()}/watch", body, what="watch",
+            token=self.config.token, timeout=self._hold + WATCH_MARGIN_S,
+            version=self.config.agent_version, host_key=self.config.host_key)
         if status == 404:
-            raise _Gone("answered 404 to the heartbeat: it does not know this agent")
+            # An unknown host (register again), or a server without watches: a heartbeat tells.
+            self._heartbeat()
+            self.watching = False
+            log.info("control plane %s does not hold watches: heartbeat every %g s", self._base,
+                     self.interval)
+            return self.interval
+        if not self.watching:
+            log.info("watching control plane %s (held up to %g s)", self._base,
+                     _number(data.get("watch_s")) or self._hold)
+        self.watching = True
         self._timing(data)
-        self._transition("registered", logging.DEBUG, f"heartbeat accepted by {self._base}")
-        if data.get("topology_wanted") is True or topology_hash != self._sent_hash:
-            self._send_topology()
+        self._transition("registered", logging.DEBUG, f"watch ended by {self._base}")
+        hold = _number(data.get("watch_s"))
+        if hold:
+            self._hold = max(hold, MIN_HEARTBEAT_S)
+        if data.get("topology_wanted") is True or body["topology_hash"] != self._sent_hash:
+            with self._calls:
+                self._send_topology()
+        after = _number(data.get("reconnect_after_s")) or 0.0
+        # A server answering at once every time (a bug, a proxy) must not make a busy loop.
+        return max(after, 0.0 if time.monotonic() - started >= 1.0 else 1.0)
 
     def _send_topology(self) -> None:
         topology = self._discover()
@@ -350,35 +438,25 @@ class Registrar:
                          version=self.config.agent_version, host_key=self.config.host_key)
 
 
-def call_json(opener: urllib.request.OpenerDirector, base: str, method: str, path: str,
-              body: Mapping[str, Any], *, what: str, token: str | None, timeout: float,
-              version: str, host_key: str | None = None) -> tuple[int, dict[str, Any]]:
-    """(status, JSON object) for 2xx and 404; any other outcome raises RequestFailed."""
+def _headers(token: str | None, version: str, host_key: str | None) -> dict[str, str]:
     headers = {"Content-Type": "application/json", "Accept": "application/json",
                "User-Agent": f"stortune-agent/{version}"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     if host_key:
         headers[HOST_KEY_HEADER] = host_key
-    # The scheme was checked by the caller: http(s) only, never file: or custom ones.
-    request = urllib.request.Request(  # noqa: S310
-        base + path, data=json.dumps(body).encode(), method=method, headers=headers)
-    try:
-        with opener.open(request, timeout=timeout) as response:
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        with exc:
-            raw = exc.read()
-        if exc.code == 404:
-            return 404, {}
-        fields = _fields(raw)
-        hint = "" if HOST_KEY_HEADER in "".join(fields) else _AUTH_HINTS.get(exc.code, "")
-        raise RequestFailed(f"{what}: HTTP {exc.code} {exc.reason}: {_excerpt(raw)}{hint}",
-                            exc.code, fields) from None
-    except (OSError, http.client.HTTPException, ValueError) as exc:
-        raise RequestFailed(f"{what}: {_reason(exc)}") from None
+    return headers
+
+
+def _decoded(status: int, raw: bytes, what: str, reason: str = "") -> tuple[int, dict[str, Any]]:
+    """(status, JSON object) for 2xx and 404; RequestFailed for anything else."""
+    if status == 404:
+        return 404, {}
     if not 200 <= status < 300:
-        raise RequestFailed(f"{what}: HTTP {status}: {_excerpt(raw)}", status)
+        fields = _fields(raw)
+        hint = "" if HOST_KEY_HEADER in "".join(fields) else _AUTH_HINTS.get(status, "")
+        shown = f"HTTP {status} {reason}".rstrip()
+        raise RequestFailed(f"{what}: {shown}: {_excerpt(raw)}{hint}", status, fields)
     if not raw.strip():
         return status, {}
     try:
@@ -388,3 +466,67 @@ def call_json(opener: urllib.request.OpenerDirector, base: str, method: str, pat
     if not isinstance(data, dict):
         raise RequestFailed(f"{what}: expected a JSON object, got {type(data).__name__}")
     return status, data
+
+
+def call_json(opener: urllib.request.OpenerDirector, base: str, method: str, path: str,
+              body: Mapping[str, Any], *, what: str, token: str | None, timeout: float,
+              version: str, host_key: str | None = None) -> tuple[int, dict[str, Any]]:
+    """(status, JSON object) for 2xx and 404; any other outcome raises RequestFailed."""
+    # The scheme was checked by the caller: http(s) only, never file: or custom ones.
+    request = urllib.request.Request(  # noqa: S310
+        base + path, data=json.dumps(body).encode(), method=method,
+        headers=_headers(token, version, host_key))
+    try:
+        with opener.open(request, timeout=timeout) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        with exc:
+            raw = exc.read()
+        return _decoded(exc.code, raw, what, exc.reason)
+    except (OSError, http.client.HTTPException, ValueError) as exc:
+        raise RequestFailed(f"{what}: {_reason(exc)}") from None
+    return _decoded(status, raw, what)
+
+
+class HeldCall:
+    """The connection of a call the server holds open (a watch), so ``abort()`` ends it at once
+    from another thread: the agent stops promptly, not when the hold runs out."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: http.client.HTTPConnection | None = None
+        self._aborted = False
+
+    def abort(self) -> None:
+        with self._lock:
+            self._aborted = True
+            if self._conn is not None and self._conn.sock is not None:
+                with contextlib.suppress(OSError):
+                    self._conn.sock.shutdown(socket.SHUT_RDWR)
+
+    def post(self, base: str, path: str, body: Mapping[str, Any], *, what: str, token: str | None,
+             timeout: float, version: str, host_key: str | None) -> tuple[int, dict[str, Any]]:
+        """As ``call_json`` with POST, over a connection of its own."""
+        url = urllib.parse.urlsplit(base + path)
+        host, port = url.hostname or "", url.port
+        conn: http.client.HTTPConnection = (
+            http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context())
+            if url.scheme == "https" else http.client.HTTPConnection(host, port, timeout=timeout))
+        target = url.path + (f"?{url.query}" if url.query else "")
+        try:
+            with self._lock:
+                if self._aborted:
+                    raise RequestFailed(f"{what}: stopped")
+                self._conn = conn
+            conn.connect()
+            conn.request("POST", target, body=json.dumps(body).encode(),
+                         headers=_headers(token, version, host_key))
+            response = conn.getresponse()
+            status, reason, raw = response.status, response.reason, response.read()
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            raise RequestFailed(f"{what}: {'stopped' if self._aborted else _reason(exc)}") from None
+        finally:
+            with self._lock:
+                self._conn = None
+            conn.close()
+        return _decoded(status, raw, what, reason)

@@ -36,6 +36,7 @@ from stortune.agent.kernelfs import KernelFS
 from stortune.agent.registration import Registrar, RegistrationConfig, default_name, host_facts
 from stortune.agent.rpc import AgentService, BenchmarkRegistry, agent_version
 from stortune.api.agent import CONTROL_PLANE_NAME, wire
+from stortune.api.agent import observed as observed_values
 from stortune.api.agent.tlsfiles import TLSError, TLSFiles
 from stortune.schemas import stripecache
 from stortune.schemas.topology import Topology
@@ -72,6 +73,8 @@ class ServeOptions:
     heartbeat: float | None = None
     advertise: str | None = None
     rescan_interval: float = 30.0
+    #: How often the agent reads its values to report a change (drift) to the control plane.
+    observe_interval: float = 10.0
     grace: float = 5.0
     backoff_base: float = 1.0
     backoff_cap: float = 30.0
@@ -139,12 +142,15 @@ class Agent:
         self._retry = False
         #: This host's key for the control plane (``hostkey``), read at start with --server.
         self._host_key: str | None = None
+        #: The digest of the values last read (``observed_values``): reported when it changes.
+        self._digest: str | None = None
 
     def start(self) -> str:
         """Converge, listen, register, watch devices; -> the bound address."""
         self._converge_at_start()
         self._hash = local.discover(self.fs).structure_hash()
         if self.options.server:
+            self._observe()
             try:
                 self._host_key = hostkey.load_or_create(self.state_dir)
             except (hostkey.HostKeyError, OSError) as exc:
@@ -262,7 +268,20 @@ class Agent:
         return Registrar(config, facts=lambda: host_facts(self.fs, version),
                          discover=self._uploaded_topology,
                          topology_hash=lambda: self._hash,
-                         boot_id=local.host_info(self.fs).get("boot_id", ""))
+                         boot_id=local.host_info(self.fs).get("boot_id", ""),
+                         observed_digest=lambda: self._digest)
+
+    def _observe(self) -> bool:
+        """Read the values as GetObserved would; -> whether their digest changed."""
+        try:
+            values, _ = local.observed(self.fs, self.state_dir)
+        except (local.AgentError, StateError) as exc:
+            log.debug("reading the values for their digest failed: %s", exc)
+            return False
+        digest = observed_values.digest(observed_values.encode(values))
+        changed = digest != self._digest
+        self._digest = digest
+        return changed
 
     def _uploaded_topology(self) -> Topology:
         """What registration sends: values with their recorded originals, so the control plane's
@@ -290,10 +309,15 @@ class Agent:
         """daemon.run's loop, waking at least once a second so stop() is prompt."""
         interval = self.options.rescan_interval
         next_scan = time.monotonic() + interval
+        next_look = time.monotonic() + self.options.observe_interval
         while not self._stop.is_set():
             event = waiter.wait(max(0.0, min(1.0, next_scan - time.monotonic())))
             if self._stop.is_set():
                 break
+            if self.registrar is not None and time.monotonic() >= next_look:
+                next_look = time.monotonic() + self.options.observe_interval
+                if self._observe():  # drift, or a hand-made change: the control plane hears now
+                    self.registrar.poke()
             if not event and time.monotonic() < next_scan:
                 continue
             next_scan = time.monotonic() + interval
@@ -315,6 +339,7 @@ class Agent:
             except Exception:
                 log.exception("device rescan failed; trying again at the next one")
             if self.registrar is not None:
+                self._observe()
                 self.registrar.poke()
 
     def stop(self) -> None:

@@ -34,6 +34,7 @@ from stortune.server.services.agent_pki import AgentPki
 from stortune.server.services.fleet_state import FleetState
 from stortune.server.services.pacing import FleetSize
 from stortune.server.services.versions import VersionReader
+from stortune.server.services.watches import WatchBook
 from stortune.server.settings import Settings
 from stortune.server.shards import SHARDS, AllShards, Notices, Ownership, ShardKeeper
 from stortune.server.tune.driver import ExperimentDriver
@@ -72,7 +73,7 @@ def create_app(
     sessionmaker), ``controller``, ``agents`` (the AgentClientFactory), ``clock``,
     ``authenticator``, ``rate_limiter``, ``rendered`` and ``host_documents``
     (api/rendered.py), ``versions`` (services/versions.py), ``fleet_size``
-    (services/pacing.py).
+    (services/pacing.py), ``fleet`` (services/fleet_state.py), ``watches`` (services/watches.py).
     The engine is disposed when the app shuts down (or call ``app.state.engine.dispose()``).
 
     Every call under /api/v1 needs a bearer token (api/access.py): tokens are
@@ -115,6 +116,8 @@ def create_app(
                                      unreachable_timeout=settings.benchmark_unreachable_timeout_s,
                                      ownership=ownership)
     # Tuning experiments: per host one trial at a time, each a run of the benchmark queue.
+    # Agents holding a watch here: their leases renewed in batches (services/watches.py).
+    watches = WatchBook(sessions, now, hold_s=settings.agent_watch_s, lease_s=settings.lease_duration_s)
     experiments = ExperimentDriver(sessions, agents, dispatcher, clock=now,
                                    interval=settings.experiment_interval_s,
                                    unreachable_timeout=settings.benchmark_unreachable_timeout_s,
@@ -132,9 +135,11 @@ def create_app(
             await running.start()
         await dispatcher.start()
         await experiments.start()
+        await watches.start()
         try:
             yield
         finally:
+            await watches.stop()
             await experiments.stop()
             await dispatcher.stop()
             if running is not None:
@@ -164,6 +169,7 @@ def create_app(
     app.state.agents = agents
     app.state.benchmarks = dispatcher
     app.state.experiments = experiments
+    app.state.watches = watches
     app.state.ownership = ownership
     app.state.agent_pki = pki
     app.state.clock = now

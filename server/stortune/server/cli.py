@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from pydantic import ValidationError
 from sqlalchemy.orm import Session
 
@@ -21,6 +20,7 @@ from stortune.api.agent.tls import CA_CERT, TLSError, init_pki, load_pki
 from stortune.api.agent.tls import expires as cert_expires
 from stortune.schemas import stripecache
 from stortune.schemas.cliparser import Parser
+from stortune.server import serving
 from stortune.server.app import create_app
 from stortune.server.auth import Role
 from stortune.server.bootstrap import ensure_first_tokens
@@ -331,8 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     # Python); the loop stays asyncio's, which grpc.aio is built and tested against.
     # proxy_headers=False: the audit log's client address is the peer's, never a header's.
     settle_garbage_collector()
-    uvicorn.run(app, host=host, port=port, log_level=args.log_level, loop="asyncio",
-                http="httptools", access_log=args.log_level == "debug", proxy_headers=False)
+    serving.serve(app, host=host, port=port, log_level=args.log_level, loop="asyncio",
+                  http="httptools", access_log=args.log_level == "debug", proxy_headers=False)
     return 0
 
 

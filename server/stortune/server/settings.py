@@ -44,6 +44,10 @@ class Settings(BaseModel):
     # The fleet's heartbeat budget: past max_heartbeats_per_s * heartbeat_interval_s hosts,
     # agents are told to heartbeat less often and their leases last longer (services/pacing.py).
     max_heartbeats_per_s: float = Field(default=5, gt=0)
+    # An agent's watch (POST /agents/{name}/watch) is held this long at most, then called again:
+    # while it is held the agent's lease is kept in batches, with no request per heartbeat, and
+    # an agent that goes away is noticed within the lease (docs/replicas.md, "Agents at scale").
+    agent_watch_s: float = Field(default=300, gt=0, le=3600)
     # Hostile input: bodies larger than this are 413; JSON or YAML nested deeper than
     # this is 400 before any parser recurses (documents here are about 8 levels deep).
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)

@@ -13,7 +13,6 @@ whose messages carry the field path inside the document).
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from stortune.api.agent import observed as observed_values
 from stortune.api.agent.v1 import agent_pb2 as pb
 from stortune.api.agent.v1 import agent_pb2_grpc as pb_grpc
 from stortune.schemas import catalog
@@ -249,11 +249,6 @@ def observed_request() -> pb.GetObservedRequest:
     return pb.GetObservedRequest()
 
 
-def _encode_observed(observed: Mapping[str, Mapping[str, TunableState]]) -> str:
-    return json.dumps({dev: {name: state.model_dump(mode="json") for name, state in tunables.items()}
-                       for dev, tunables in observed.items()})
-
-
 @dataclass(frozen=True)
 class Observation:
     """GetObserved's answer, its values decoded on first use.
@@ -269,12 +264,12 @@ class Observation:
     digest: str = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "digest", hashlib.blake2b(self.encoded.encode(), digest_size=16).hexdigest())
+        object.__setattr__(self, "digest", observed_values.digest(self.encoded))
 
     @classmethod
     def of(cls, info: HostInfo, observed: Mapping[str, Mapping[str, TunableState]],
            topology_hash: str) -> Observation:
-        return cls(info, topology_hash, _encode_observed(observed))
+        return cls(info, topology_hash, observed_values.encode(observed))
 
     @cached_property
     def observed(self) -> Observed:
@@ -287,7 +282,7 @@ class Observation:
 
 def observed_response(info: HostInfo, observed: Mapping[str, Mapping[str, TunableState]],
                       topology_hash: str) -> pb.GetObservedResponse:
-    return pb.GetObservedResponse(host=host_message(info), observed_json=_encode_observed(observed),
+    return pb.GetObservedResponse(host=host_message(info), observed_json=observed_values.encode(observed),
                                   topology_hash=topology_hash)
 
 

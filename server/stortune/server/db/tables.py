@@ -110,6 +110,9 @@ class HostLease(Base):
         String(NAME_LENGTH), ForeignKey("hosts.name", ondelete="CASCADE"), primary_key=True)
     renew_time: Mapped[datetime]
     expire_time: Mapped[datetime]
+    # The digest of the values the agent last reported (stortune.api.agent.observed); None
+    # until an agent that reports it calls, and for older agents, which are asked instead.
+    observed_digest: Mapped[str | None] = mapped_column(String(64))
 
     __table_args__ = (Index("ix_host_leases_expire_time", "expire_time"),)
 

@@ -18,6 +18,12 @@ def _endpoint(value: str) -> str:
 
 
 Hash = Annotated[str, Field(max_length=128)]
+#: The digest of the values the agent reads now (stortune.api.agent.observed); hex.
+ObservedDigest = Annotated[str | None, Field(
+    default=None, pattern=r"^[0-9a-f]{32}$",
+    description="Digest of the agent's current values (blake2b-128 of GetObserved's observed_json): "
+                "when it differs from the last one reported, the control plane looks at the host. "
+                "Left out by agents that do not report it; those are asked instead.")]
 MAX_EXTRA_FACTS = 64
 # 253-character host name, brackets of an IPv6 literal, ':' and a port.
 Endpoint = Annotated[str, Field(min_length=3, max_length=261, pattern=r"^\S+:[0-9]{1,5}$"),
@@ -61,6 +67,7 @@ class Registration(RequestModel):
     facts: AgentFacts = Field(default_factory=AgentFacts)
     topology: Topology | None = Field(default=None, description="Omit when topology_hash is unchanged")
     topology_hash: Hash = ""
+    observed_digest: ObservedDigest = None
 
 
 class RegistrationAccepted(BaseModel):
@@ -73,6 +80,7 @@ class RegistrationAccepted(BaseModel):
 class Heartbeat(RequestModel):
     topology_hash: Hash = ""
     boot_id: str = Field(default="", max_length=64)
+    observed_digest: ObservedDigest = None
 
 
 class HeartbeatAccepted(BaseModel):
@@ -81,6 +89,16 @@ class HeartbeatAccepted(BaseModel):
     # The fleet's current pace (services/pacing.py): agents follow it from one heartbeat to the next.
     heartbeat_interval_s: float
     lease_duration_s: float
+
+
+class WatchAccepted(HeartbeatAccepted):
+    """The end of a watch: the lease was kept while it was held; call again at once."""
+
+    watch_s: float = Field(description="How long the server held this call (at most); the next one "
+                                       "may be held as long")
+    reconnect_after_s: float = Field(
+        default=0.0, description="Wait this long before the next watch (a server shutting down spreads "
+                                 "its agents' reconnections)")
 
 
 class TopologyUpload(RequestModel):

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any, cast
 
 from pydantic import ValidationError
-from sqlalchemy import Table, bindparam, select, update
+from sqlalchemy import Table, bindparam, or_, select, update
 from sqlalchemy import delete as sa_delete
 from sqlalchemy.orm import Session, defer
 
@@ -218,7 +218,8 @@ def register(
             lease_expired=False, resource_version=version, status={}, applied_generations={},
         )
         session.add(host)
-        session.add(HostLease(name=reg.name, renew_time=now, expire_time=expires))
+        session.add(HostLease(name=reg.name, renew_time=now, expire_time=expires,
+                              observed_digest=reg.observed_digest))
         events.record(session, kind=KIND, name=host.name, host=host.name, type="Normal",
                       reason="Registered", message=f"agent at {reg.address} registered", now=now)
     else:
@@ -230,7 +231,8 @@ def register(
         host.address = reg.address
         host.facts = facts
         host.boot_id = boot_id or host.boot_id
-        session.merge(HostLease(name=host.name, renew_time=now, expire_time=expires))
+        session.merge(HostLease(name=host.name, renew_time=now, expire_time=expires,
+                                observed_digest=reg.observed_digest))
         host.lease_expired = False
         # A restarted (perhaps upgraded) agent may accept what it refused before.
         host.status = {k: v for k, v in host.status.items() if k != "refusedGenerations"}
@@ -269,6 +271,11 @@ _LEASES, _HOSTS = cast(Table, HostLease.__table__), cast(Table, Host.__table__)
 _RENEW = (update(_LEASES).where(_LEASES.c.name == bindparam("host"))
           .values(renew_time=bindparam("renew"), expire_time=bindparam("expire"))
           .returning(_LEASES.c.name))
+# Only when it differs: a row back says the agent reported new values.
+_NEW_DIGEST = (update(_LEASES).where(_LEASES.c.name == bindparam("host"))
+               .where(or_(_LEASES.c.observed_digest.is_(None),
+                          _LEASES.c.observed_digest != bindparam("digest")))
+               .values(observed_digest=bindparam("digest")).returning(_LEASES.c.name))
 _SEEN_AS = select(_HOSTS.c.topology_hash, _HOSTS.c.boot_id, _HOSTS.c.lease_expired,
                   _HOSTS.c.host_key_sha256).where(_HOSTS.c.name == bindparam("host"))
 
@@ -297,11 +304,20 @@ def heartbeat(
     if not proof.proves(pinned):
         session.rollback()
         raise host_keys.forbidden(name, proof, "heartbeat")
+    if beat.observed_digest is not None and session.execute(
+            _NEW_DIGEST, {"host": name, "digest": beat.observed_digest}).first() is not None:
+        # Its values changed (drift, a hand-made change, an apply's): look now, not at the next pass.
+        request_reconcile(session, [name], "agent reported new values")
     session.commit()
     rebooted = bool(beat.boot_id) and bool(boot_id) and beat.boot_id != boot_id
     if rebooted or lapsed:
         _revive(session, name, beat.boot_id if rebooted else None, now)
     return expires, stored_hash is None or stored_hash != beat.topology_hash
+
+
+def revive(session: Session, name: str, now: datetime) -> None:
+    """The host whose lease was declared expired is there after all (its watch is held)."""
+    _revive(session, name, None, now)
 
 
 def _revive(session: Session, name: str, boot_id: str | None, now: datetime) -> None:

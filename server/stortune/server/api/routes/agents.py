@@ -25,11 +25,13 @@ from stortune.server.models.agents import (
     RegistrationAccepted,
     TopologyAccepted,
     TopologyUpload,
+    WatchAccepted,
 )
 from stortune.server.services import host_keys, hosts
 from stortune.server.services.agent_pki import AgentPki, PkiRefusal
 from stortune.server.services.host_keys import Proof
 from stortune.server.services.pacing import FleetSize, Pace
+from stortune.server.services.watches import WatchBook
 from stortune.server.settings import Settings
 
 router = APIRouter(prefix="/agents", tags=["agents"])
@@ -83,12 +85,18 @@ async def heartbeat(*, who: Agent, name: HostName, body: Heartbeat, request: Req
     # The hottest call (every agent, every few seconds): one trip to the threadpool for
     # the whole database part, and the app's state read here rather than through more
     # dependencies, each of which costs a request noticeable CPU.
+    paced, expires, wanted = await _renew(request, name, body, proof_of(who, request))
+    return HeartbeatAccepted(lease_expires=expires, topology_wanted=wanted,
+                             heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s)
+
+
+async def _renew(request: Request, name: str, body: Heartbeat, proof: Proof) -> tuple[Pace, datetime, bool]:
+    """The heartbeat's database part: one trip to the threadpool."""
     state = request.app.state
     sessions: sessionmaker[Session] = state.sessions
     fleet: FleetSize = state.fleet_size
     settings: Settings = state.settings
     now: datetime = state.clock()
-    proof = proof_of(who, request)
 
     def renew() -> tuple[Pace, datetime, bool]:
         with sessions() as session:
@@ -96,10 +104,30 @@ async def heartbeat(*, who: Agent, name: HostName, body: Heartbeat, request: Req
             return paced, *hosts.heartbeat(session, name, body, proof=proof, lease_duration_s=paced.lease_s,
                                            now=now)
 
-    paced, expires, wanted = await run_in_threadpool(renew)
+    renewed = await run_in_threadpool(renew)
     state.metrics.heartbeat()
-    return HeartbeatAccepted(lease_expires=expires, topology_wanted=wanted,
-                             heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s)
+    return renewed
+
+
+@router.post("/{name}/watch", openapi_extra=_HOST_KEY_DOC, responses={
+    **NOT_FOUND, 403: {"description": "without the host's key"}})
+@audited_when_refused
+async def watch(*, who: Agent, name: HostName, body: Heartbeat, request: Request) -> WatchAccepted:
+    """A heartbeat the server holds open (up to ``watch_s``): while it is held the agent's lease
+    is kept without further calls (services/watches.py). Answered at once when the server wants
+    the topology (send it, then watch again) or is shutting down (``reconnect_after_s``); else
+    at the end of the hold. Agents that report ``observed_digest`` report changes with a
+    heartbeat meanwhile. 404: register again; 403: the host key is not the host's."""
+    state = request.app.state
+    paced, expires, wanted = await _renew(request, name, body, proof_of(who, request))
+    book: WatchBook = state.watches
+    hold = 0.0 if wanted or book.draining else book.hold_for()
+    if hold:
+        with book.holding(name, hold):
+            await book.wait(hold, request.receive)
+    return WatchAccepted(lease_expires=expires, topology_wanted=wanted, watch_s=hold,
+                         reconnect_after_s=book.reconnect_after(),
+                         heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s)
 
 
 @router.put("/{name}/topology", openapi_extra=_HOST_KEY_DOC, responses={

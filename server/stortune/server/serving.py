@@ -1,0 +1,76 @@
+"""Serving the app with uvicorn, as fleets of long-held agent watches need.
+
+* Every accepted connection gets TCP keepalive (set on the listening sockets, which Linux
+  passes on to the connections they accept) and a user timeout: a watch held by a host
+  that lost power without closing its connection ends within about a minute, and with it
+  the renewal of that host's lease (services/watches.py).
+* On shutdown the held watches are ended first: uvicorn waits for open requests before it
+  runs the app's shutdown, and thousands of watches held for minutes would hold it up.
+* The open-files limit is raised to its hard limit: each watching agent is a connection.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import resource
+import socket
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+
+log = logging.getLogger(__name__)
+
+#: Idle seconds before the first probe, seconds between probes, probes before giving up.
+KEEPALIVE = (30, 10, 3)
+#: Unacknowledged data is given up on after this long (milliseconds).
+USER_TIMEOUT_MS = 60_000
+
+
+def keepalive(sock: socket.socket) -> None:
+    idle, interval, count = KEEPALIVE
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    with contextlib.suppress(AttributeError, OSError):  # Linux names; elsewhere the defaults
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
+
+
+def raise_open_files_limit() -> int:
+    """The soft limit on open files raised to the hard one; -> the limit now."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+    return soft
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, with keepalive on its sockets and the app's watches drained first."""
+
+    def __init__(self, app: FastAPI, **config: Any) -> None:
+        super().__init__(uvicorn.Config(app, **config))
+        self._app = app
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        for server in getattr(self, "servers", []):
+            for sock in server.sockets:
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    keepalive(sock)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        watches = getattr(self._app.state, "watches", None)
+        if watches is not None:
+            watches.drain()
+        await super().shutdown(sockets)
+
+
+def serve(app: FastAPI, **config: Any) -> None:
+    limit = raise_open_files_limit()
+    log.debug("open files limit: %d", limit)
+    Server(app, **config).run()
