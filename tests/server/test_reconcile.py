@@ -8,6 +8,7 @@ with a deadline (``eventually``), never a fixed sleep.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from stortune.server.agentclient import FakeAgentClient, FakeAgentClients, HostInfo
-from stortune.server.db.tables import HostConditionChange
+from stortune.server.db.tables import HostConditionChange, HostLease
 from tests.server.builders import API, host_key, loop_topology, profile_doc, registration
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client
@@ -525,3 +526,53 @@ def test_later_passes_spread_the_hosts_over_the_interval(db_url: str) -> None:
         engine.dispose()
     assert sorted(scheduled) == ["h2", "h3", "h4"]  # h1's turn is now
     assert [round(scheduled[n]) for n in ("h2", "h3", "h4")] == [25, 50, 75]
+
+
+# -- agents that report their values ---------------------------------------------------------
+def _digest(agent: FakeAgentClient) -> str:
+    """The digest the agent reports: of its values as GetObserved encodes them (read without a call)."""
+    from stortune.api.agent.wire import Observation
+    from stortune.schemas import planner
+
+    return Observation.of(agent.info, planner.observed_of(agent.topology), "").digest
+
+
+def _report(client: TestClient, agent: FakeAgentClient) -> None:
+    beat = {"topology_hash": "", "boot_id": "boot-1", "observed_digest": _digest(agent)}
+    assert client.post(f"{API}/agents/h1/heartbeat", json=beat).status_code == 200
+
+
+def test_a_host_whose_agent_reports_its_values_is_asked_only_when_they_change(
+    make_app: AppFactory, agents: FakeAgentClients, agent: FakeAgentClient, eventually: Eventually,
+) -> None:
+    # Looks paced far apart: the periodic pass alone would ask every half second.
+    app = make_app(agents=agents, reconcile_interval_s=INTERVAL, max_looks_per_s=1e-3)
+    with admin_client(app) as client:
+        setup_streaming(client, eventually)
+        passes(eventually, agent, 2)  # a quiet look: nothing to do
+        _report(client, agent)  # the values that look saw
+        quiet = calls(agent, "get_observed")
+        time.sleep(6 * INTERVAL)
+        # (One look may have been under way as the report came.)
+        assert calls(agent, "get_observed") <= quiet + 1, \
+            "six passes, and the agent's last report matches the last look: not asked"
+
+        set_value(agent, 128)  # drift, and the agent says so at once
+        _report(client, agent)
+        eventually(lambda: value(agent) == 4096, what="drift corrected after the report")
+        # The apply's own answer recorded the values it left: the agent reporting them again
+        # asks for no further look.
+        def recorded() -> bool:
+            with app.state.sessions() as session:
+                lease = session.get(HostLease, "h1")
+                return lease is not None and lease.observed_digest == _digest(agent)
+
+        eventually(recorded, what="the values the apply left recorded as the agent's report")
+
+
+def test_looks_at_reporting_agents_are_paced_to_the_fleet_budget() -> None:
+    from stortune.server.reconciler.runner import look_every
+
+    assert look_every(100, 30.0, 10.0) == 300.0  # ten intervals
+    assert look_every(10_000, 30.0, 10.0) == 1000.0  # the budget: 10 looks a second
+    assert look_every(10_000, 30.0, 5.0) == 2000.0

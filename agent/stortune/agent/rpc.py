@@ -317,6 +317,7 @@ class AgentService(wire.AgentServiceServicer):
             info=self.host(), ok=report.ok, report=report, plan=after.plan,
             applied_generations=call.generations if report.ok else {},
             request_id=call.request_id, topology_hash=after.topology.structure_hash(),
+            observed=planner.observed_of(after.topology),
         )
 
     @_status_errors

@@ -104,7 +104,7 @@ def create_app(
             sessions, agents,
             interval=settings.reconcile_interval_s, workers=settings.reconcile_workers, clock=now,
             versions=versions, ram_share=settings.stripe_cache_ram_share, metrics=recorder,
-            ownership=ownership,
+            ownership=ownership, max_looks_per_s=settings.max_looks_per_s,
         )
         if shared:
             notices = reconciler.notices = Notices(engine, reconciler.noticed)

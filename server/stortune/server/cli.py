@@ -134,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-heartbeats-per-second", type=float, default=5, metavar="N",
                         help="the fleet's heartbeat budget: past N x the interval hosts, agents are "
                         "told to heartbeat less often, with leases longer in proportion (default 5)")
+    parser.add_argument("--agent-watch", type=float, default=300, metavar="SECONDS",
+                        help="an agent's watch is held this long at most, its lease kept meanwhile "
+                             "without heartbeats (default 300, at most 3600)")
+    parser.add_argument("--max-looks-per-second", type=float, default=10, metavar="N",
+                        help="agents that report their values are asked for them every 10 intervals,"
+                             " or less often once the fleet needs more than N looks a second "
+                             "(default 10)")
     parser.add_argument("--max-body-size", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help=f"refuse larger request bodies with 413 (default {DEFAULT_MAX_BODY_BYTES})")
     parser.add_argument("--rate-limit", type=_rate, action="append", default=[],
@@ -309,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             max_heartbeats_per_s=args.max_heartbeats_per_second, max_body_bytes=args.max_body_size,
             rate_limits=dict(args.rate_limit), agent_pki=pki_dir,
             experiment_max_grid=args.experiment_max_grid, shard_lease_s=args.shard_lease,
+            agent_watch_s=args.agent_watch, max_looks_per_s=args.max_looks_per_second,
         )
     except ValidationError as exc:
         _print_errors(exc)

@@ -48,6 +48,9 @@ class Settings(BaseModel):
     # while it is held the agent's lease is kept in batches, with no request per heartbeat, and
     # an agent that goes away is noticed within the lease (docs/replicas.md, "Agents at scale").
     agent_watch_s: float = Field(default=300, gt=0, le=3600)
+    # Agents that report their values' digest are not asked every interval: only every ten
+    # intervals, or less often once the fleet would need more looks a second than this.
+    max_looks_per_s: float = Field(default=10, gt=0)
     # Hostile input: bodies larger than this are 413; JSON or YAML nested deeper than
     # this is 400 before any parser recurses (documents here are about 8 levels deep).
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)

@@ -124,6 +124,8 @@ class ApplyResult:
     info: HostInfo
     request_id: str
     topology_hash: str
+    #: The values after the apply (None from an agent older than this field).
+    observation: Observation | None = None
 
 
 @dataclass(frozen=True)
@@ -337,18 +339,22 @@ def apply_call(msg: pb.ApplyRequest) -> ApplyCall:
 
 def apply_response(*, info: HostInfo, ok: bool, report: BaseModel, plan: Plan,
                    applied_generations: Mapping[str, int], request_id: str,
-                   topology_hash: str) -> pb.ApplyResponse:
+                   topology_hash: str,
+                   observed: Mapping[str, Mapping[str, TunableState]] | None = None) -> pb.ApplyResponse:
     return pb.ApplyResponse(ok=ok, report_json=_model_json(report), plan_json=_model_json(plan),
                             applied_generations=dict(applied_generations), host=host_message(info),
-                            request_id=request_id, topology_hash=topology_hash)
+                            request_id=request_id, topology_hash=topology_hash,
+                            observed_json="" if observed is None else observed_values.encode(observed))
 
 
 def apply_from(msg: pb.ApplyResponse) -> ApplyResult:
+    info = host_from(msg.host)
     return ApplyResult(
         ok=msg.ok, report=_json_object(msg.report_json, "report_json"),
         plan=_decode(Plan, msg.plan_json, "plan_json"),
-        applied_generations=dict(msg.applied_generations), info=host_from(msg.host),
+        applied_generations=dict(msg.applied_generations), info=info,
         request_id=msg.request_id, topology_hash=msg.topology_hash,
+        observation=Observation(info, msg.topology_hash, msg.observed_json) if msg.observed_json else None,
     )
 
 

@@ -47,7 +47,7 @@ class Result(enum.Enum):
 
 
 class QuietLooks:
-    """Per host, the last look that found nothing to do, and what the agent answered then.
+    """Per host, the last look that found nothing to do, what the agent answered then, and when.
 
     A reconcile is a pure function of the host's stored view and the agent's
     answer. When neither changed since a look that wrote nothing and applied
@@ -55,10 +55,16 @@ class QuietLooks:
     answer with the same host info, topology hash and values digest), this one
     would conclude the same: nothing to do. An idle fleet's drift checks then
     cost the gRPC call, not decoding, planning and comparing every value again.
+
+    An agent that reports its values' digest says the same without being asked: while
+    the digest it last reported is the one of the last quiet look, the periodic pass need
+    not look at all (``settled``), but for a look now and then (the runner paces them).
+    Every change on the control plane's side asks for a look of its own.
     """
 
-    def __init__(self) -> None:
-        self._last: dict[str, tuple[HostView, tuple[object, ...]]] = {}
+    def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._last: dict[str, tuple[HostView, tuple[object, ...], float]] = {}
+        self._monotonic = monotonic
 
     @staticmethod
     def _key(seen: Observation) -> tuple[object, ...]:
@@ -69,7 +75,13 @@ class QuietLooks:
         return last is not None and last[0] is view and last[1] == self._key(seen)
 
     def remember(self, view: HostView, seen: Observation) -> None:
-        self._last[view.name] = (view, self._key(seen))
+        self._last[view.name] = (view, self._key(seen), self._monotonic())
+
+    def settled(self, name: str, reported: str | None, since: float) -> bool:
+        """The agent's last reported digest is the last quiet look's, and that look was at or
+        after ``since`` (monotonic)."""
+        last = self._last.get(name)
+        return reported is not None and last is not None and last[1][2] == reported and last[2] >= since
 
     def forget(self, name: str) -> None:
         self._last.pop(name, None)
@@ -151,8 +163,10 @@ async def _reconcile(deps: Deps, name: str, still_mine: Callable[[], bool]) -> R
     outcome = await execute(agent, view, decision) if decision.apply else None
     count(deps.metrics, decision, outcome)
     if outcome is not None and outcome.result is not None and outcome.result.ok:
-        seen = await reobserve(agent, seen)
+        seen = await reobserve(agent, seen, outcome.result.observation)
     update = report.conclude(view, seen, decision, outcome)
+    if outcome is not None and seen.digest is not None:
+        update.observed_digest = seen.digest
     if not decision.new_drift and outcome is None and update.empty and not update.retry:
         deps.quiet.remember(view, answer)
     return await _finish(deps, name, update)
@@ -178,18 +192,21 @@ def _values(agent: AgentClient, answer: Observation) -> report.Observed:
 async def observe(agent: AgentClient, view: HostView, answer: Observation) -> Seen:
     """What ``answer`` says (cheap); the whole topology only when its structure changed."""
     if view.topology is not None and answer.topology_hash == view.topology_hash:
-        return Seen(answer.info, view.topology, answer.topology_hash, _values(agent, answer))
+        return Seen(answer.info, view.topology, answer.topology_hash, _values(agent, answer),
+                    digest=answer.digest)
     info, topology, topology_hash = await agent.get_topology()
     return Seen(info, topology, topology_hash, planner.observed_of(topology), topology_changed=True)
 
 
-async def reobserve(agent: AgentClient, seen: Seen) -> Seen:
-    """The values an apply left, so the stored topology (dry runs, diffs) shows them at once."""
+async def reobserve(agent: AgentClient, seen: Seen, answer: Observation | None = None) -> Seen:
+    """The values an apply left, so the stored topology (dry runs, diffs) shows them at once:
+    from the Apply's answer, or asked again of an agent older than that."""
     try:
-        answer = await agent.get_observed()
+        if answer is None:
+            answer = await agent.get_observed()
         if answer.topology_hash != seen.topology_hash:
             return seen  # the structure changed too: the next pass fetches all of it
-        return replace(seen, info=answer.info, observed=_values(agent, answer))
+        return replace(seen, info=answer.info, observed=_values(agent, answer), digest=answer.digest)
     except AgentError:
         return seen  # the next pass reads them
 

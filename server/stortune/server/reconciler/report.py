@@ -67,6 +67,8 @@ class Seen:
     topology_hash: str
     observed: Observed
     topology_changed: bool = False
+    #: The digest of the agent's answer these values came from (None: read from its topology).
+    digest: str | None = None
 
     def current(self) -> Topology:
         """The topology with the observed values, as dry runs and diffs should plan against."""
@@ -98,6 +100,9 @@ class Update:
     events: list[StatusEvent] = field(default_factory=list)
     #: Try again after the key's backoff (a transient failure).
     retry: bool = False
+    #: The digest of the values an apply left, recorded as the agent's last report: the agent
+    #: reports the same digest soon after, and that must not ask for another look.
+    observed_digest: str | None = None
 
     @property
     def empty(self) -> bool:

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -35,6 +36,20 @@ def _utcnow() -> datetime:
 
 #: Profile summaries take at most this share of the time (a pass re-reads the whole fleet).
 SUMMARY_SHARE = 0.05
+#: A host whose agent reports its values is still looked at, at the latest after this many
+#: intervals (or less often in a fleet too large for ``max_looks_per_s``).
+LOOK_INTERVALS = 10
+
+
+def look_every(hosts: int, interval: float, max_looks_per_s: float) -> float:
+    """Seconds between the looks the periodic pass makes at a host whose agent reports its values:
+    ten intervals, or longer once a fleet would need more than the budget of looks a second."""
+    return max(interval * LOOK_INTERVALS, hosts / max_looks_per_s)
+
+
+def _spread(name: str) -> float:
+    """A host's own fraction in [0.5, 1): its looks come at its own times, not all in one pass."""
+    return 0.5 + (zlib.crc32(name.encode()) % 1000) / 2000
 
 
 def summary_pause(took: float, minimum: float) -> float:
@@ -61,9 +76,11 @@ class Reconciler:
         metrics: Recorder | None = None,
         ownership: Ownership | None = None,
         notices: Notices | None = None,
+        max_looks_per_s: float = 10.0,
     ) -> None:
         self.agents = agents
         self.interval = interval
+        self.max_looks_per_s = max_looks_per_s
         self.workers = workers
         self._sessions = sessions
         self._clock = clock
@@ -158,9 +175,15 @@ class Reconciler:
                 self.metrics.lease_expired()
         names = [n for n in await asyncio.to_thread(store.host_names, self._sessions)
                  if self.ownership.fence(n) is not None]
+        reported = await asyncio.to_thread(store.reported_digests, self._sessions)
+        window = look_every(len(names), self.interval, self.max_looks_per_s)
+        now = time.monotonic()
         # Read after the await and used without one: no worker changes them in between.
         backing_off = self._queue.delayed() | self._queue.processing()
-        due = [name for name in names if name not in backing_off]
+        # Hosts whose agents report their values, and last reported what the last quiet look saw,
+        # are left until their next paced look: a change on either side asks for one anyway.
+        due = [name for name in names if name not in backing_off
+               and not self._deps.quiet.settled(name, reported.get(name), now - window * _spread(name))]
         step = self.interval / len(due) if spread and due else 0.0
         for turn, name in enumerate(due):
             self._queue.add_after(name, turn * step)

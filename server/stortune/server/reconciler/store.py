@@ -134,11 +134,17 @@ def write(sessions: Sessions, name: str, update: Update, now: datetime) -> bool:
             hosts.write_status(
                 session, name, now=now, devices=update.devices, applied_generations=update.applied,
                 conditions=[(t, *c) for t, c in update.conditions.items()], topology=update.topology,
-                fields=update.fields, new_events=update.events,
+                fields=update.fields, new_events=update.events, observed_digest=update.observed_digest,
             )
         except NotFound:
             return False
     return True
+
+
+def reported_digests(sessions: Sessions) -> dict[str, str]:
+    """Host -> the digest its agent last reported (hosts whose agents report one)."""
+    with sessions() as session:
+        return hosts.reported_digests(session)
 
 
 def host_names(sessions: Sessions) -> list[str]:

@@ -425,6 +425,7 @@ def write_status(
     topology: tuple[Topology, str] | None = None,
     fields: Mapping[str, Any] | None = None,
     new_events: Sequence[StatusEvent] = (),
+    observed_digest: str | None = None,
 ) -> Host:
     """What the reconciler learned about a host. Not part of the HTTP API; never touches spec.
 
@@ -455,9 +456,20 @@ def write_status(
                       reason=e.reason, message=e.message, now=now)
     host.resource_version = version
     session.flush()
+    if observed_digest is not None:  # only for an agent that reports digests itself
+        reporting = HostLease.observed_digest.is_not(None)
+        session.execute(update(HostLease).where(HostLease.name == name, reporting)
+                        .values(observed_digest=observed_digest).execution_options(synchronize_session=False))
     finalizers.release_finished(session, now)
     session.commit()
     return host
+
+
+def reported_digests(session: Session) -> dict[str, str]:
+    """Host -> the digest of the values its agent last reported (or an apply left)."""
+    rows = session.execute(select(HostLease.name, HostLease.observed_digest)
+                           .where(HostLease.observed_digest.is_not(None)))
+    return {name: digest for name, digest in rows if digest is not None}
 
 
 def expire_leases(session: Session, now: datetime) -> list[str]:

@@ -83,7 +83,7 @@ class ApplyRequest(_message.Message):
     def __init__(self, profiles_json: _Optional[_Iterable[str]] = ..., generations: _Optional[_Mapping[str, int]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ApplyResponse(_message.Message):
-    __slots__ = ("ok", "report_json", "plan_json", "applied_generations", "host", "request_id", "topology_hash")
+    __slots__ = ("ok", "report_json", "plan_json", "applied_generations", "host", "request_id", "topology_hash", "observed_json")
     class AppliedGenerationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class ApplyResponse(_message.Message):
     HOST_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_HASH_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_JSON_FIELD_NUMBER: _ClassVar[int]
     ok: bool
     report_json: str
     plan_json: str
@@ -105,7 +106,8 @@ class ApplyResponse(_message.Message):
     host: HostInfo
     request_id: str
     topology_hash: str
-    def __init__(self, ok: _Optional[bool] = ..., report_json: _Optional[str] = ..., plan_json: _Optional[str] = ..., applied_generations: _Optional[_Mapping[str, int]] = ..., host: _Optional[_Union[HostInfo, _Mapping]] = ..., request_id: _Optional[str] = ..., topology_hash: _Optional[str] = ...) -> None: ...
+    observed_json: str
+    def __init__(self, ok: _Optional[bool] = ..., report_json: _Optional[str] = ..., plan_json: _Optional[str] = ..., applied_generations: _Optional[_Mapping[str, int]] = ..., host: _Optional[_Union[HostInfo, _Mapping]] = ..., request_id: _Optional[str] = ..., topology_hash: _Optional[str] = ..., observed_json: _Optional[str] = ...) -> None: ...
 
 class SettingKey(_message.Message):
     __slots__ = ("device_id", "tunable")
