@@ -11,7 +11,7 @@ times the fleet's part of a scrape (what /metrics adds to the counters):
 * a scrape of an unchanged fleet.
 
 The database refresh is not in these figures: it reads only the rows written
-since the last scrape (metrics/fleet.py). Target: under 1 s for 10,000 hosts.
+since the last scrape (services/fleet_state.py). Target: under 1 s for 10,000 hosts.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ import statistics
 import time
 
 from stortune.server.metrics.exposition import FleetExposition
-from stortune.server.metrics.fleet import FleetState, record_of
 from stortune.server.metrics.recorder import Recorder
+from stortune.server.services.fleet_state import FleetState, record_of
 
 TUNABLES = ("read_ahead_kb", "nr_requests", "max_sectors_kb", "rq_affinity", "nomerges", "scheduler",
             "wbt_lat_usec", "iostats")

@@ -46,11 +46,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"--shard {shard!r}: expected K/N, e.g. 1/2") from None
     if not 1 <= k <= n:
         raise pytest.UsageError(f"--shard {shard!r}: K must be between 1 and N")
-    # Dealt round, not cut in blocks: a file's slow tests (one per parameter) sit side by side
-    # and so go to different shards.
-    keep = [item for i, item in enumerate(items) if i % n == k - 1]
-    config.hook.pytest_deselected(items=[item for i, item in enumerate(items) if i % n != k - 1])
-    items[:] = keep
+    # Dealt round, not cut in blocks, the slow ones (marked slow) first and apart, so that each
+    # shard gets its share of them and of the rest.
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    rest = [item for item in items if item.get_closest_marker("slow") is None]
+    mine = {id(item) for group in (slow, rest) for i, item in enumerate(group) if i % n == k - 1}
+    config.hook.pytest_deselected(items=[item for item in items if id(item) not in mine])
+    items[:] = [item for item in items if id(item) in mine]
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,8 @@ def test_hollow_hosts_register_and_converge(backend: tuple[str | None, int]) -> 
         running = fleet.launch(args, HOSTS, stack, db_url=db_url)
         assert len(running.servers) == replicas
         base = running.urls[0]
-        fleet.wait_for("hollow hosts registered", lambda: len(fleet.host_list(base)) >= HOSTS, 60, 0.2)
-        hosts = {h["metadata"]["name"]: h for h in fleet.host_list(base)}
+        fleet.wait_for("hollow hosts registered", lambda: fleet.registered(base) >= HOSTS, 60, 0.2)
+        hosts = {h["metadata"]["name"]: h for h in fleet.get(base + "/api/v1/hosts")["items"]}
         assert set(hosts) == {host_name(i) for i in range(HOSTS)}
         # Each on an address of its own (one port, many loopback addresses), as it registered.
         assert {h["spec"]["address"] for h in hosts.values()} == {

@@ -6,6 +6,8 @@ from __future__ import annotations
 import random
 import statistics
 
+import pytest
+
 from stortune.schemas.analysis.host import host_analysis
 from stortune.schemas.analysis.members import medians_of_the_others, slow_members
 from stortune.schemas.analysis.verdict import saturation
@@ -29,6 +31,7 @@ def _array(members: int, slow: str) -> list[DeviceStats]:
             for i in range(members)]
 
 
+@pytest.mark.slow
 def test_a_slow_member_among_100000_is_named_by_slow_members_and_saturation() -> None:
     # One median per member over its peers' list was quadratic: 4,000 members took 2 s,
     # 100,000 of them minutes (the sampler reports what it is given, the agent may send it).

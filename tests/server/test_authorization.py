@@ -161,6 +161,7 @@ TABLE: dict[tuple[str, str], Case] = {
     ("POST", "/raid-plans"): Case(frozenset(ROLES) - {METRICS}, fixed("/raid-plans", json={
         "disks": {"count": 16, "iops": 180}, "workload": {"readPct": 70}})),
     ("GET", "/hosts"): Case(HOST_READERS, fixed("/hosts")),
+    ("GET", "/fleet/summary"): Case(HOST_READERS, fixed("/fleet/summary")),
     ("GET", "/hosts/{name}"): Case(HOST_READERS, fixed("/hosts/h1")),
     ("GET", "/hosts/{name}/status"): Case(HOST_READERS, fixed("/hosts/h1/status")),
     ("GET", "/hosts/{name}/lease"): Case(HOST_READERS, fixed("/hosts/h1/lease")),

@@ -292,13 +292,14 @@ def test_many_pollers_after_a_write_share_one_render_and_all_see_the_write(
     client.post(f"{AGENTS}/register", json=registration())
     client.get(HOSTS)
     renders = []
-    real = hosts.listed
+    fleet = app.state.fleet
+    real = fleet.snapshot
 
-    def counted(*args: Any, **kwargs: Any) -> Any:
+    def counted() -> Any:
         renders.append(1)
-        return real(*args, **kwargs)
+        return real()
 
-    monkeypatch.setattr(hosts, "listed", counted)
+    monkeypatch.setattr(fleet, "snapshot", counted)
     client.patch(f"{HOSTS}/h1/labels", json={"labels": {"tier": "gold"}})
 
     async def poll() -> list[dict[str, Any]]:

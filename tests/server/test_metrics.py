@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from stortune.server.agentclient import AgentBusy, AgentError, FakeAgentClient, FakeAgentClients
 from stortune.server.auth import Role
 from stortune.server.metrics.exposition import FleetExposition
-from stortune.server.metrics.fleet import FleetState, record_of
+from stortune.server.services.fleet_state import FleetState, record_of
 from tests.server.builders import API, host_key, keyed, loop_topology, profile_doc, registration
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client, bearer, issue_token

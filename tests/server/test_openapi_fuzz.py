@@ -33,6 +33,7 @@ CALL_TIMEOUT_S = 120
 PROFILE, HOST = "streaming", "h1"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "pinned"), [
     (GenerationMode.POSITIVE, False),
     # Random names are nearly always unknown (404); pinned ones reach existing objects.
@@ -42,8 +43,11 @@ PROFILE, HOST = "streaming", "h1"
 def test_no_input_makes_the_server_fail(
     app: FastAPI, db_url: str, mode: GenerationMode, pinned: bool,
 ) -> None:
-    if not db_url.startswith("sqlite") and mode is GenerationMode.NEGATIVE:
-        pytest.skip("negative cases are refused by validation, before any query; SQLite covers them")
+    if not db_url.startswith("sqlite") and not pinned:
+        # Negative cases are refused by validation before any query, and random names are
+        # unknown (404) after one lookup: SQLite covers both. Pinned names reach real rows,
+        # where the two databases may differ.
+        pytest.skip("PostgreSQL runs the pinned names only; SQLite covers the rest")
     token = issue_token(app, Role.ADMIN)  # admin reaches every operation
     with TestClient(app, headers=bearer(token)) as client:
         client.post(f"{API}/agents/register", json=registration(HOST, topology=loop_topology()))

@@ -9,6 +9,7 @@ unknown tunable or an out-of-range value fails with its full field path.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -162,7 +163,7 @@ class LabelSelector(_Doc):
             raise ValueError("an empty selector would match every host; name labels or expressions")
         return self
 
-    def matches(self, labels: dict[str, str]) -> bool:
+    def matches(self, labels: Mapping[str, str]) -> bool:
         if any(labels.get(k) != v for k, v in self.matchLabels.items()):
             return False
         for req in self.matchExpressions:

@@ -27,11 +27,12 @@ from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.controller import Controller, bind
 from stortune.server.db.engine import API_THREADS, make_engine, make_sessions
 from stortune.server.db.migrate import upgrade
-from stortune.server.metrics import FleetState, Recorder
+from stortune.server.metrics import Recorder
 from stortune.server.metrics.exposition import FleetExposition
 from stortune.server.metrics.http import RequestMetrics
 from stortune.server.reconciler import Reconciler
 from stortune.server.services.agent_pki import AgentPki
+from stortune.server.services.fleet_state import FleetState
 from stortune.server.services.pacing import FleetSize
 from stortune.server.services.versions import VersionReader
 from stortune.server.settings import Settings
@@ -171,7 +172,8 @@ def create_app(
     app.state.host_documents = DocumentCache()
     app.state.versions = versions
     app.state.metrics = recorder
-    app.state.metrics_fleet = FleetExposition(FleetState(sessions))
+    app.state.fleet = FleetState(sessions)  # the scrape's and the host list's in-memory index
+    app.state.metrics_fleet = FleetExposition(app.state.fleet)
     app.state.fleet_size = FleetSize(sessions)
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
     # Several servers share a PostgreSQL database: their rate limits must be one.

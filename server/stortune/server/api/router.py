@@ -22,6 +22,7 @@ from stortune.server.api.routes import (
     diagnostics,
     events,
     experiments,
+    fleet,
     health,
     hosts,
     metrics,
@@ -41,6 +42,7 @@ API_PREFIX = "/api/v1"
 API_ROUTERS: tuple[APIRouter, ...] = (
     agents.router,
     hosts.router,
+    fleet.router,
     probes.router,
     profiles.router,
     plans.router,

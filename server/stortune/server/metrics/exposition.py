@@ -21,7 +21,7 @@ import re
 import threading
 from collections.abc import Mapping
 
-from stortune.server.metrics.fleet import FleetState, HostRecord
+from stortune.server.services.fleet_state import FleetState, HostRecord
 
 CONDITION_STATUSES = ("true", "false", "unknown")
 

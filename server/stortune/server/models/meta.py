@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 def _unset(value: object) -> bool:
@@ -30,7 +30,14 @@ class ObjectMeta(BaseModel):
 
 
 class ListMeta(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
     resourceVersion: str
+    continue_: str | None = Field(
+        default=None, alias="continue", exclude_if=_unset,
+        description="Paged lists (?limit=): pass it as ?continue= for the next page; absent on the last")
+    remainingItemCount: int | None = Field(
+        default=None, exclude_if=_unset, description="Paged lists: how many items come after this page")
 
 
 def format_resource_version(value: int) -> str:

@@ -66,24 +66,6 @@ def resource_version(session: Session, name: str) -> int:
     return found
 
 
-@dataclass(frozen=True)
-class Listed:
-    """A host as a list sees it before its document is needed: what changes with every write
-    (its resourceVersion) and what selects it (its effective labels)."""
-
-    name: str
-    resource_version: int
-    labels: dict[str, str]
-
-
-def listed(session: Session, selector: LabelSelector | None = None) -> list[Listed]:
-    """Every host by name, without loading its status or topology."""
-    rows = session.execute(select(Host.name, Host.resource_version, Host.labels, Host.reported_labels)
-                           .order_by(Host.name)).all()
-    out = [Listed(name, version, {**reported, **api}) for name, version, api, reported in rows]
-    return [h for h in out if selector is None or selector.matches(h.labels)]
-
-
 def rows(session: Session, names: Sequence[str]) -> list[Host]:
     """The named hosts that exist (topologies not loaded)."""
     if not names:

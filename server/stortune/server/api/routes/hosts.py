@@ -15,7 +15,7 @@ from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.rendered import DocumentCache, join_list, respond
 from stortune.server.api.security import Authorized, VisibleHostName
 from stortune.server.auth import Permission, Principal
-from stortune.server.errors import NotFound
+from stortune.server.errors import Cause, Invalid, NotFound
 from stortune.server.models.hosts import (
     HostDocument,
     HostLease,
@@ -25,12 +25,16 @@ from stortune.server.models.hosts import (
     LabelsReplace,
 )
 from stortune.server.models.meta import ListMeta, format_resource_version
-from stortune.server.services import analysis, hosts
+from stortune.server.services import analysis, host_pages, hosts
+from stortune.server.services.fleet_state import FleetState
 from stortune.server.services.versions import current_resource_version
 
 router = APIRouter(prefix="/hosts", tags=["hosts"])
 
 Selector = Annotated[str | None, Query(alias="labelSelector", max_length=4096)]
+ConditionQuery = Annotated[list[str] | None, Query(
+    alias="condition", max_length=host_pages.MAX_CONDITIONS,
+    description="TYPE=STATUS, e.g. Drifted=True or Ready=False; repeat for several (all must hold)")]
 # Reads by a support token reach only the hosts its selector matches (VisibleHostName).
 Reader = Annotated[Principal, Authorized(READ_HOSTS)]
 Labeller = Annotated[Principal, Authorized(Permission.LABEL_HOSTS)]
@@ -51,18 +55,46 @@ def _documents(request: Request, session: Session, wanted: Sequence[tuple[str, i
 
 
 @router.get("", response_model=HostList)
-async def list_hosts(who: Reader, request: Request, selector: Selector = None) -> Response:
-    parsed = label_selector.parse(selector)  # a bad selector is a 400 before any lookup
+async def list_hosts(
+    *, who: Reader, request: Request, selector: Selector = None, conditions: ConditionQuery = None,
+    limit: Annotated[int | None, Query(ge=1, le=host_pages.MAX_LIMIT, description=(
+        "At most this many hosts, sorted by name; metadata.continue then names the next page"
+        " (Kubernetes' list chunking). Without it, every host."))] = None,
+    continue_token: Annotated[str | None, Query(alias="continue", max_length=host_pages.MAX_CONTINUE,
+                                                description="metadata.continue of the previous page")]
+    = None,
+) -> Response:
+    """The hosts, by name. Filters: ``labelSelector``, ``condition=TYPE=STATUS`` (repeatable, all
+    must hold, e.g. ``Drifted=True``; a host without the condition counts as Unknown). Answered
+    from the fleet's in-memory index and the documents kept at each host's resourceVersion."""
+    parsed = label_selector.parse(selector)  # a bad selector or condition is refused before any lookup
+    wanted_conditions = host_pages.parse_conditions(conditions)
+    after = host_pages.decode_continue(continue_token) if continue_token is not None else None
+    if after is not None and limit is None:
+        raise Invalid([Cause("limit", "a continue token pages: send the limit it was made with")])
 
     def render(session: Session) -> bytes:
         version = current_resource_version(session)
-        wanted = [(h.name, h.resource_version) for h in hosts.listed(session, parsed)
-                  if who.may_see_host(h.labels)]
-        envelope = HostList(metadata=ListMeta(resourceVersion=format_resource_version(version)), items=[])
-        return join_list(envelope.model_dump_json().encode(), _documents(request, session, wanted))
+        fleet: FleetState = request.app.state.fleet
+        fleet.refresh()  # at least as new as the counter just read
+        records, everyone = fleet.snapshot()
+        names = host_pages.matching(records, everyone, selector=parsed, conditions=wanted_conditions,
+                                    visible=who.may_see_host)
+        meta = ListMeta(resourceVersion=format_resource_version(version))
+        if limit is not None:
+            shown = host_pages.page(names, limit=limit, after=after)
+            names = shown.names
+            meta = ListMeta(resourceVersion=meta.resourceVersion, remainingItemCount=shown.remaining,
+                            continue_=shown.next)
+        wanted = [(name, records[name].version) for name in names]
+        envelope = HostList(metadata=meta, items=[])
+        return join_list(envelope.model_dump_json(by_alias=True).encode(),
+                         _documents(request, session, wanted))
 
     scope = who.hosts.model_dump_json() if who.hosts is not None else ""
-    return await respond(request, list_key(selector, scope), render)
+    key = (list_key(selector, scope) if not (wanted_conditions or limit is not None)
+           else ("hosts-page", selector or "", scope, wanted_conditions, limit, after))
+    return await respond(request, key, render)
 
 
 @router.get("/{name}", response_model=HostDocument, responses=NOT_FOUND)

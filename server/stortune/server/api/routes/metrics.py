@@ -1,6 +1,6 @@
 """/metrics: the Prometheus scrape, with a token whose role may read metrics (admin, operator,
 viewer, metrics). Served from memory: the fleet's state is refreshed by resourceVersion
-(metrics/fleet.py), never by asking agents. Not in the OpenAPI document: it is text, not JSON.
+(services/fleet_state.py), never by asking agents. Not in the OpenAPI document: it is text, not JSON.
 """
 
 from __future__ import annotations

@@ -1,14 +1,15 @@
-"""The hosts' stored state, kept in memory for scrapes: one record per host, by resourceVersion.
+"""The hosts' stored state, kept in memory: one record per host, by resourceVersion.
 
-A scrape must not cost a query of every host (nor, worse, a call to every
-agent). Every host write bumps the one resourceVersion counter and stamps the
-row with it, so a refresh reads the counter and, only when it moved, the rows
-written since the last refresh plus the list of names (deletions). An idle
-fleet's scrape is then one counter read. A full reload every ``full_every``
+What a scrape (/metrics) and the host list's filters and counts read: neither may
+cost a query of every host (nor, worse, a call to every agent). Every host write
+bumps the one resourceVersion counter and stamps the row with it, so a refresh
+reads the counter and, only when it moved, the rows written since the last
+refresh plus the list of names (deletions). An idle fleet's scrape is then one
+counter read. A full reload every ``full_every``
 seconds mends a row a concurrent PostgreSQL transaction stamped with a version
 older than one already read.
 
-Only what the gauges need is kept: never the host key hash, topology, tokens or
+Only what the gauges and the list's filters need is kept: never the host key hash, topology, tokens or
 facts beyond the named ones.
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import func, select
@@ -41,6 +42,8 @@ class HostRecord:
     conditions: Mapping[str, tuple[str, str]]
     labels: Mapping[str, str]
     settings: tuple[Setting, ...]
+    #: Profile -> the generation the agent last applied.
+    applied: Mapping[str, int] = field(default_factory=dict)
 
 
 def _text(value: Any) -> str:
@@ -54,7 +57,7 @@ def _setting_value(value: Any) -> int | str | None:
 
 
 def record_of(name: str, *, version: int, address: str, facts: Mapping[str, Any], status: Mapping[str, Any],
-              labels: Mapping[str, str]) -> HostRecord:
+              labels: Mapping[str, str], applied: Mapping[str, int] | None = None) -> HostRecord:
     conditions = {str(c.get("type")): (str(c.get("status")), str(c.get("reason", "")))
                   for c in status.get("conditions", []) if isinstance(c, dict)}
     settings = tuple(
@@ -64,11 +67,12 @@ def record_of(name: str, *, version: int, address: str, facts: Mapping[str, Any]
     return HostRecord(name=name, version=version, address=address,
                       agent_version=_text(facts.get("agent_version")), kernel=_text(facts.get("kernel")),
                       conditions=conditions, labels=dict(labels),
-                      settings=settings)
+                      settings=settings, applied={k: v for k, v in (applied or {}).items()
+                                                  if isinstance(k, str) and isinstance(v, int)})
 
 
 _COLUMNS = (Host.name, Host.resource_version, Host.address, Host.facts, Host.status, Host.reported_labels,
-            Host.labels)
+            Host.labels, Host.applied_generations)
 
 
 class FleetState:
@@ -85,14 +89,23 @@ class FleetState:
         self._full_at = float("-inf")
         self._runs_at = float("-inf")
         self.hosts: dict[str, HostRecord] = {}
+        self._sorted: tuple[dict[str, HostRecord], list[str]] | None = None
         #: (kind: benchmark | experiment, state) -> how many.
         self.runs: dict[tuple[str, str], int] = {}
 
     def put(self, records: Iterable[HostRecord]) -> None:
         """Set records directly (benchmarks of the scrape; tests)."""
         with self._lock:
-            for r in records:
-                self.hosts[r.name] = r
+            self.hosts = {**self.hosts, **{r.name: r for r in records}}
+
+    def snapshot(self) -> tuple[Mapping[str, HostRecord], list[str]]:
+        """The records and their names sorted, as of one refresh: sorted again only after the
+        records changed."""
+        hosts = self.hosts  # replaced, never changed in place, by every refresh
+        kept = self._sorted
+        if kept is None or kept[0] is not hosts:
+            kept = self._sorted = (hosts, sorted(hosts))
+        return kept
 
     def refresh(self) -> None:
         if self._sessions is None:
@@ -114,9 +127,10 @@ class FleetState:
     def _load(self, session: Session, since: int, full: bool) -> None:
         hosts = {} if full else dict(self.hosts)
         for row in session.execute(select(*_COLUMNS).where(Host.resource_version > since)):
-            name, version, address, facts, status, reported, labels = row
+            name, version, address, facts, status, reported, labels, applied = row
             hosts[name] = record_of(name, version=version, address=address, facts=facts or {},
-                                    status=status or {}, labels={**(reported or {}), **(labels or {})})
+                                    status=status or {}, labels={**(reported or {}), **(labels or {})},
+                                    applied=applied or {})
         if not full:
             names = set(session.scalars(select(Host.name)))
             hosts = {n: r for n, r in hosts.items() if n in names}
