@@ -3,7 +3,7 @@
 // thousand hosts cost the browser one page. Counts come from GET /fleet/summary.
 // CLI: stortune get hosts [-l SELECTOR]; the same calls: GET /api/v1/hosts?limit=&continue=
 // &labelSelector=&condition=, GET /api/v1/fleet/summary?labelSelector=.
-import { useEffect, useMemo, useState } from 'preact/hooks';
+import { useState } from 'preact/hooks';
 import { Badge, Empty, ErrorBox, Labels, Placeholder } from '../components.jsx';
 import { condition, since } from '../format.js';
 import { useNow, usePoll } from '../hooks.js';
@@ -13,26 +13,6 @@ export const CONDITIONS = ['Ready', 'Drifted', 'Applied', 'Reachable'];
 const STATUSES = ['True', 'False', 'Unknown'];
 const PAGE_SIZES = [50, 100, 200, 500];
 const COLUMNS = 8;
-
-function holds(host, wanted) {
-  return wanted.every((w) => {
-    const [type, status] = w.split('=');
-    const c = condition(host, type);
-    return (c ? c.status : 'Unknown') === status;
-  });
-}
-
-function countLocally(items) {
-  const conditions = {};
-  for (const type of CONDITIONS) {
-    conditions[type] = { True: 0, False: 0, Unknown: 0 };
-    for (const host of items) {
-      const c = condition(host, type);
-      conditions[type][c ? c.status : 'Unknown'] += 1;
-    }
-  }
-  return { hosts: items.length, conditions };
-}
 
 function Counts({ summary, wanted, selector }) {
   // Fixed boxes with their numbers in tabular figures: a count that changes moves nothing.
@@ -95,9 +75,11 @@ export function FleetPage({ query }) {
   const wanted = query.getAll('condition').filter((c) => /^\w+=(True|False|Unknown)$/.test(c));
   const size = PAGE_SIZES.includes(Number(query.get('limit'))) ? Number(query.get('limit')) : PAGE_SIZES[0];
   // continue tokens of the pages before this one: Back pops, Next pushes
-  const [pages, setPages] = useState([]);
+  // (kept per filter: another filter starts at its first page, with no stale token)
   const filterKey = `${selector}|${wanted.join('&')}|${size}`;
-  useEffect(() => setPages([]), [filterKey]);
+  const [paging, setPaging] = useState({ key: filterKey, pages: [] });
+  const pages = paging.key === filterKey ? paging.pages : [];
+  const setPages = (next) => setPaging({ key: filterKey, pages: next });
   const token = pages.length ? pages[pages.length - 1] : undefined;
   const now = useNow(1000);
 
@@ -106,20 +88,10 @@ export function FleetPage({ query }) {
   });
   const summaryCall = usePoll('fleet/summary', { query: { labelSelector: selector || undefined } });
 
-  // A server without paging answers every host: page and count here instead.
-  const unpaged = list.data && list.data.items.length > size;
-  // Filtered here too: a no-op on what a paging server filtered, the filter on what it did not.
-  const filtered = useMemo(
-    () => (list.data ? list.data.items.filter((h) => holds(h, wanted)) : []),
-    [list.data, filterKey],
-  );
-  const offset = unpaged ? pages.length * size : 0;
-  const items = unpaged ? filtered.slice(offset, offset + size) : filtered;
-  const next = unpaged
-    ? (offset + size < filtered.length ? String(offset + size) : null)
-    : list.data && list.data.metadata.continue;
-  const remaining = unpaged ? Math.max(0, filtered.length - offset - size) : list.data && list.data.metadata.remainingItemCount;
-  const summary = summaryCall.data || (unpaged && summaryCall.error ? countLocally(list.data.items) : null);
+  const items = (list.data && list.data.items) || [];
+  const next = list.data && list.data.metadata.continue;
+  const remaining = list.data && list.data.metadata.remainingItemCount;
+  const summary = summaryCall.data;
 
   function setFilter(event) {
     event.preventDefault();
