@@ -28,7 +28,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from http.cookies import SimpleCookie
 from urllib.parse import urlsplit
 
 import anyio.to_thread
@@ -158,19 +157,19 @@ class Authenticator:
 
 
 def session_secret(headers: Headers) -> str | None:
-    """The session cookie's secret, if the call carries one that could be one."""
+    """The session cookie's secret, if the call carries one that could be one.
+
+    The first of its name: browsers send the cookie of the longest path first, which is ours
+    (Path=/api/v1), before one that another page of the site may have planted under Path=/."""
     raw = headers.get("cookie")
     if not raw or len(raw) > 8192:
         return None
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(raw)
-    except Exception:
-        return None
-    morsel = jar.get(SESSION_COOKIE)
-    if morsel is None or not morsel.value or len(morsel.value) > _MAX_SECRET:
-        return None
-    return morsel.value
+    for part in raw.split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep and name == SESSION_COOKIE:
+            value = value.strip().strip('"')
+            return value if 0 < len(value) <= _MAX_SECRET and value.isascii() and value.isprintable() else None
+    return None
 
 
 def check_same_site(scope: Scope, headers: Headers, secret: str) -> None:

@@ -27,6 +27,7 @@ from fastapi.responses import RedirectResponse, Response
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stortune.server.api.handlers import error_response
 from stortune.server.errors import NotFound
 
 UI_URL: Final = "/ui"
@@ -127,7 +128,7 @@ def install(app: FastAPI, directory: Path = ASSET_DIR) -> None:
     def ui_asset(name: str, request: Request) -> Response:
         asset = assets.get(name)  # only names read at start: what is asked never reaches the disk
         if asset is None:
-            raise NotFound("DashboardAsset", name[:128])
+            return error_response(NotFound("DashboardAsset", name[:128]))
         return asset.response(request, _IMMUTABLE)
 
     app.add_middleware(SecurityHeaders)
