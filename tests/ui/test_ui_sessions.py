@@ -206,7 +206,8 @@ def test_a_bearer_header_decides_alone_and_needs_no_csrf_token(app: FastAPI, tok
         sign_in(browser, token_for("admin"))
         as_viewer = browser.post("/api/v1/profiles", json=profile_doc(), headers=bearer(token_for("viewer")))
         assert as_viewer.status_code == 403 and "viewer" in as_viewer.json()["message"]
-        as_operator = browser.post("/api/v1/profiles", json=profile_doc(), headers=bearer(token_for("operator")))
+        as_operator = browser.post("/api/v1/profiles", json=profile_doc(),
+                                   headers=bearer(token_for("operator")))
         assert as_operator.status_code == 201
 
 
@@ -239,7 +240,7 @@ UI_WRITES = [
 @pytest.mark.parametrize(("method", "path", "body"), UI_WRITES)
 @pytest.mark.parametrize("role", ["viewer", "support"])
 def test_role_limits_every_write_the_ui_can_do_is_403_for_readers(
-        browser: TestClient, token_for: TokenFor, role: str, method: str, path: str, body: Any) -> None:
+        *, browser: TestClient, token_for: TokenFor, role: str, method: str, path: str, body: Any) -> None:
     session = sign_in(browser, token_for(role, hosts="role=streamer" if role == "support" else None,
                                          expires_in="1h" if role == "support" else None))
     answer = browser.request(method, path, json=body, headers={CSRF_HEADER: session["csrfToken"]})

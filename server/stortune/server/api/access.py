@@ -168,7 +168,8 @@ def session_secret(headers: Headers) -> str | None:
         name, sep, value = part.strip().partition("=")
         if sep and name == SESSION_COOKIE:
             value = value.strip().strip('"')
-            return value if 0 < len(value) <= _MAX_SECRET and value.isascii() and value.isprintable() else None
+            plausible = 0 < len(value) <= _MAX_SECRET and value.isascii() and value.isprintable()
+            return value if plausible else None
     return None
 
 
