@@ -39,7 +39,7 @@ export function Chart({ title, x, series, xLabels, xLabel, yLabel, format, heigh
           fill: s.bars ? (s.color || PALETTE[i % PALETTE.length]) + '99' : undefined,
           width: s.bars ? 0 : 2,
           spanGaps: false,
-          points: { show: true, size: s.bars ? 0 : 7 },
+          points: s.bars ? { show: false } : { show: true, size: 7 },
           paths: s.bars ? uPlot.paths.bars({ size: [0.6 / series.filter((t) => t.bars).length, 64], align: 0 }) : undefined,
           value: (u, v) => (v === null || v === undefined ? '–' : format ? format(v) : v),
         })),
