@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +31,9 @@ HOSTS = 200
 HOSTILE = "<img src=x onerror=alert(1)>"
 XSS_HOST = "xss-host"
 TIMEOUT_MS = 30_000
+HOSTS_SHOWN = "() => document.querySelector('[data-count=hosts] .count-n').textContent === '{n}'"
+#: Pages with nothing to write for anyone while the fleet has no runs or experiments.
+READ_ONLY_PAGES = ("#/fleet", "#/benchmarks", "#/experiments")
 
 
 @dataclass
@@ -81,12 +83,14 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Plane]:
         plane = Plane(base, admin, {}, {}, [])
         fleet.wait_for("the hostile host's topology", lambda: _topology(plane) is not None, 60, 0.2)
         for role, hosts in (("operator", None), ("viewer", None), ("support", "zone=lab")):
-            body = {"role": role, "name": f"ui-{role}", **({"hostSelector": hosts, "expiresIn": "1h"} if hosts else {})}
+            scope = {"hostSelector": hosts, "expiresIn": "1h"} if hosts else {}
+            body = {"role": role, "name": f"ui-{role}", **scope}
             plane.tokens[role] = plane.call("POST", "/api/v1/tokens", body)["token"]
         plane.call("POST", "/api/v1/profiles", {
             "apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": "fleet-loops"},
             "spec": {"hostSelector": {"matchLabels": {"role": "fleet"}}, "mode": "audit",
-                     "rules": [{"name": "loops", "match": {"kind": ["loop"]}, "settings": {"read_ahead_kb": 256}}]}})
+                     "rules": [{"name": "loops", "match": {"kind": ["loop"]},
+                                "settings": {"read_ahead_kb": 256}}]}})
         with urllib.request.urlopen(base + "/openapi.json", timeout=30) as answer:  # noqa: S310
             plane.openapi = json.loads(answer.read())
         yield plane
@@ -126,7 +130,8 @@ def count(page: Any, key: str) -> str:
 
 def listed(page: Any) -> list[str]:
     page.wait_for_selector('table.hosts[data-loaded="true"]')
-    return [str(n) for n in page.eval_on_selector_all("tr[data-host]", "rows => rows.map(r => r.dataset.host)")]
+    names = page.eval_on_selector_all("tr[data-host]", "rows => rows.map(r => r.dataset.host)")
+    return [str(n) for n in names]
 
 
 def test_sign_in_and_the_fleet_page_lists_200_simulated_hosts_a_page_at_a_time(
@@ -134,10 +139,10 @@ def test_sign_in_and_the_fleet_page_lists_200_simulated_hosts_a_page_at_a_time(
     ui = browse()
     ui.sign_in(plane.admin)
     page = ui.page
-    page.wait_for_function("() => document.querySelector('[data-count=hosts] .count-n').textContent === '201'")
+    page.wait_for_function(HOSTS_SHOWN.format(n=HOSTS + 1))
     # the token went to the server once and is nowhere a script can read it
-    held = page.evaluate("() => [document.cookie, JSON.stringify(localStorage), JSON.stringify(sessionStorage),"
-                         " document.documentElement.outerHTML].join(' ')")
+    held = page.evaluate("() => [document.cookie, JSON.stringify(localStorage),"
+                         " JSON.stringify(sessionStorage), document.documentElement.outerHTML].join(' ')")
     assert plane.admin not in held and "stortune_session" not in held
     ui.go("#/fleet?limit=100")
     seen: list[str] = []
@@ -149,7 +154,8 @@ def test_sign_in_and_the_fleet_page_lists_200_simulated_hosts_a_page_at_a_time(
         first = seen[-len(listed(page))]
         page.click("text=Next →")
         page.wait_for_function(f"() => !document.querySelector('tr[data-host=\"{first}\"]')")
-    assert {host_name(i) for i in range(HOSTS)} <= set(seen) and len(seen) == len(set(seen)) == HOSTS + 1
+    assert {host_name(i) for i in range(HOSTS)} <= set(seen)
+    assert len(seen) == len(set(seen)) == HOSTS + 1
     ui.shot("fleet-desktop")
     ui.clean()
 
@@ -159,7 +165,7 @@ def test_the_fleet_filters_by_label_selector_and_by_condition(browse: Any, plane
     ui.sign_in(plane.admin)
     ui.page.fill("input[name=selector]", "zone=lab")
     ui.page.click("text=Filter")
-    ui.page.wait_for_function("() => document.querySelector('[data-count=hosts] .count-n').textContent === '1'")
+    ui.page.wait_for_function(HOSTS_SHOWN.format(n=1))
     assert listed(ui.page) == [XSS_HOST]
     ui.go("#/fleet?selector=role%3Dfleet&condition=Reachable%3DFalse")
     ui.page.wait_for_selector("text=No host matches.")
@@ -194,7 +200,7 @@ def test_a_viewer_sees_no_write_controls_on_any_page(browse: Any, plane: Plane) 
             ui.go(fragment)
             ui.page.wait_for_selector(ready)
             controls = ui.page.locator("[data-write]").count()
-            assert (controls > 0) == writes or fragment in ("#/fleet", "#/benchmarks", "#/experiments"), (role, fragment)
+            assert (controls > 0) == writes or fragment in READ_ONLY_PAGES, (role, fragment)
             if not writes:
                 assert controls == 0, fragment
                 for label in ("Edit", "New profile", "Set label", "Delete…"):
@@ -206,7 +212,7 @@ def test_a_viewer_sees_no_write_controls_on_any_page(browse: Any, plane: Plane) 
 def test_a_support_token_sees_only_its_hosts(browse: Any, plane: Plane) -> None:
     ui = browse()
     ui.sign_in(plane.tokens["support"])
-    ui.page.wait_for_function("() => document.querySelector('[data-count=hosts] .count-n').textContent === '1'")
+    ui.page.wait_for_function(HOSTS_SHOWN.format(n=1))
     assert listed(ui.page) == [XSS_HOST]
     ui.go(f"#/hosts/{host_name(0)}")
     ui.page.wait_for_selector(".error >> text=not found")
@@ -232,8 +238,8 @@ def test_profile_editing_shows_schema_and_server_errors_at_their_lines_then_the_
     assert ui.page.locator(".gutter .bad-line").text_content() == "7\n"
     ui.shot("profile-editor-schema-error")
     # the schema cannot tell a pattern RE2 cannot run: the server's 422 names the field, shown at its line
-    editor.fill(broken.replace("sometimes", "audit").replace("match: {kind: [loop]}",
-                                                             'match: {kind: [loop], model: "(unclosed"}'))
+    unrunnable = 'match: {kind: [loop], model: "(unclosed"}'
+    editor.fill(broken.replace("sometimes", "audit").replace("match: {kind: [loop]}", unrunnable))
     ui.page.wait_for_selector("text=The document is valid")
     ui.page.click("text=Plan (dry run)")
     server = ui.page.wait_for_selector("[data-testid=problems] li")
@@ -278,8 +284,9 @@ def test_live_updates_without_reload_and_no_layout_shift(browse: Any, plane: Pla
     ui = browse()
     ui.sign_in(plane.admin)
     listed(ui.page)
-    ui.page.evaluate("""() => { window.__shift = 0; new PerformanceObserver(l => { for (const e of l.getEntries())
-        if (!e.hadRecentInput) window.__shift += e.value }).observe({type: 'layout-shift', buffered: false}); }""")
+    ui.page.evaluate("""() => { window.__shift = 0; new PerformanceObserver(l => {
+        for (const e of l.getEntries()) if (!e.hadRecentInput) window.__shift += e.value
+    }).observe({type: 'layout-shift', buffered: false}); }""")
     before = ui.page.evaluate("() => performance.getEntriesByType('navigation').length")
     plane.call("PATCH", f"/api/v1/hosts/{host_name(1)}/labels", {"labels": {"ui-live": "yes"}})
     ui.page.wait_for_selector(f'tr[data-host="{host_name(1)}"] >> text=ui-live=yes', timeout=TIMEOUT_MS)
@@ -291,7 +298,3 @@ def test_the_page_called_only_the_public_api(plane: Plane) -> None:
     """Every call the pages made above is a documented operation of /openapi.json."""
     assert len(plane.calls) > 20
     assert undocumented(plane.calls, plane.openapi) == []
-
-
-def _now() -> float:
-    return time.monotonic()

@@ -103,7 +103,8 @@ function ThroughputChart({ result }) {
         </select>
       </label>
       {series.length ? (
-        <Chart title={`${THROUGHPUT[chosen]} against threads`} testid="throughput" x={xs} series={series}
+        <Chart title={`${THROUGHPUT[chosen]} against threads`} testid="throughput" x={xs.map((_, i) => i)}
+          xLabels={xs.map(String)} series={series}
           xLabel="threads (fio numjobs)" yLabel={THROUGHPUT[chosen]} format={(v) => showMetric(chosen, v)} />
       ) : <p class="muted">No step measured {THROUGHPUT[chosen]}.</p>}
     </div>
