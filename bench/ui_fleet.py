@@ -36,7 +36,7 @@ from tests.ui.browser import ARGS, CHROMIUM  # noqa: E402
 READY = """() => {
   const table = document.querySelector('table.hosts[data-loaded="true"]');
   const hosts = document.querySelector('[data-count=hosts] .count-n');
-  return table && table.querySelector('tr[data-host]') && hosts && hosts.textContent !== '–';
+  return table && table.querySelector('tr[data-host]') && hosts && hosts.textContent !== '\\u2013';
 }"""
 
 
@@ -110,8 +110,8 @@ def main() -> int:
             runs = [measure(browser, base, admin) for _ in range(args.runs)]
             browser.close()
     for i, run in enumerate(runs, 1):
-        print(f"  run {i}: interactive after {run['ready_s']:.2f} s; transferred: assets {run['assets_kb']:.1f} KB"
-              f" (gzipped), API {run['api_kb']:.1f} KB")
+        print(f"  run {i}: interactive after {run['ready_s']:.2f} s; transferred: assets "
+              f"{run['assets_kb']:.1f} KB (gzipped), API {run['api_kb']:.1f} KB")
     ready = [r["ready_s"] for r in runs]
     print(json.dumps({"hosts": args.hosts, "time_to_interactive_s": {"median": statistics.median(ready),
                                                                      "max": max(ready)},
