@@ -48,9 +48,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"--shard {shard!r}: K must be between 1 and N")
     # Dealt round, not cut in blocks, the slow ones (marked slow) first and apart, so that each
     # shard gets its share of them and of the rest.
-    slow = [item for item in items if item.get_closest_marker("slow") is not None]
-    rest = [item for item in items if item.get_closest_marker("slow") is None]
-    mine = {id(item) for group in (slow, rest) for i, item in enumerate(group) if i % n == k - 1}
+    # A module marked `together` (one browser and one fleet for all its tests) is one unit.
+    units: list[list[pytest.Item]] = []
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        if item.get_closest_marker("together") is None:
+            units.append([item])
+        elif item.nodeid.split("::")[0] in modules:
+            modules[item.nodeid.split("::")[0]].append(item)
+        else:
+            units.append(modules.setdefault(item.nodeid.split("::")[0], [item]))
+    slow = [u for u in units if any(item.get_closest_marker("slow") is not None for item in u)]
+    rest = [u for u in units if all(item.get_closest_marker("slow") is None for item in u)]
+    mine = {id(item) for group in (slow, rest) for i, unit in enumerate(group) if i % n == k - 1
+            for item in unit}
     config.hook.pytest_deselected(items=[item for item in items if id(item) not in mine])
     items[:] = [item for item in items if id(item) in mine]
 

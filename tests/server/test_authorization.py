@@ -33,7 +33,9 @@ ADMINS = frozenset({ADMIN})
 SUPPORT_HOSTS = "role=streamer"  # h1 is a streamer: inside the support token's reach
 
 PUBLIC = {("GET", "/healthz"), ("GET", "/livez"), ("GET", "/openapi.json"), ("GET", "/docs"),
-          ("GET", "/docs/assets/{name}"), ("GET", "/redoc")}
+          ("GET", "/docs/assets/{name}"), ("GET", "/redoc"),
+          # The dashboard's page and assets: code, no data (it signs in through /api/v1/session).
+          ("GET", "/ui"), ("GET", "/ui/"), ("GET", "/ui/assets/{name}")}
 
 
 @dataclass
@@ -178,6 +180,14 @@ TABLE: dict[tuple[str, str], Case] = {
         "/agents/register", {"json": registration(f"reg-{t}"), "headers": keyed(f"reg-{t}")})),
     ("POST", "/agents/{name}/heartbeat"): Case(AGENTS, fixed(
         "/agents/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"}, headers=keyed("h1"))),
+    # A topology hash the host has not stored: the watch is answered at once (the topology wanted).
+    ("POST", "/agents/{name}/watch"): Case(AGENTS, fixed(
+        "/agents/h1/watch", json={"topology_hash": "not-stored", "boot_id": "boot-1"},
+        headers=keyed("h1"))),
+    # The dashboard's sign-in: the people's roles, never an agent's or a scrape token.
+    ("POST", "/session"): Case(HOST_READERS, fixed("/session")),
+    ("GET", "/session"): Case(HOST_READERS, fixed("/session")),
+    ("DELETE", "/session"): Case(HOST_READERS, fixed("/session")),
     ("POST", "/agents/certificate"): Case(AGENTS, lambda w, t: (
         "/agents/certificate", {"json": {"name": f"cert-{t}", "csr": csr_for(f"cert-{t}")}})),
     ("PUT", "/agents/{name}/topology"): Case(AGENTS, fixed(
@@ -267,9 +277,14 @@ def test_every_api_route_is_in_the_table(app: FastAPI) -> None:
 
 
 def test_public_routes_need_no_token(app: FastAPI) -> None:
+    from stortune.server.ui import load_assets
+
+    ui_asset = next(name for name in load_assets() if name.endswith(".js"))
     with TestClient(app) as anonymous:
         for _, route in sorted(PUBLIC):
-            path = route.replace("{name}", "swagger-ui.css")  # an asset /docs loads
+            # An asset /docs loads, one the dashboard loads.
+            path = route.replace("/docs/assets/{name}", "/docs/assets/swagger-ui.css")
+            path = path.replace("/ui/assets/{name}", f"/ui/assets/{ui_asset}")
             assert anonymous.get(path).status_code == 200, path
 
 

@@ -10,6 +10,7 @@ from typing import Protocol, runtime_checkable
 import anyio.to_thread
 from fastapi import FastAPI
 
+from stortune.server import ui
 from stortune.server.agentclient import AgentClientFactory, AgentClients
 from stortune.server.api import docs, handlers, openapi
 from stortune.server.api.access import AccessControl, Authenticator
@@ -200,4 +201,5 @@ def create_app(
     handlers.install(app)
     openapi.install(app, API_PREFIX)
     docs.install(app)
+    ui.install(app)  # the dashboard, /ui/: a client of the API above
     return app

@@ -61,11 +61,13 @@ class Permission(StrEnum):
     PLAN_STORAGE = "plan storage"
     # /metrics: fleet conditions and settings, counts of what the control plane did; no secrets.
     READ_METRICS = "read metrics"
+    # Exchange the token for a dashboard session cookie (api/sessions.py): the roles people hold.
+    USE_DASHBOARD = "sign in to the dashboard"
 
 
 _P = Permission
 _READ = frozenset({_P.READ_PROFILES, _P.READ_HOSTS, _P.READ_EVENTS, _P.READ_BENCHMARKS, _P.READ_EXPERIMENTS,
-                   _P.READ_METRICS})
+                   _P.READ_METRICS, _P.USE_DASHBOARD})
 
 #: The one table of who may do what. Admin is everything, the agent calls
 #: included (an admin may register a host by hand, for any host); the bootstrap
@@ -77,7 +79,7 @@ ROLE_PERMISSIONS: Mapping[Role, frozenset[Permission]] = {
                             _P.PLAN_STORAGE},
     Role.VIEWER: _READ | {_P.PLAN_STORAGE},
     Role.SUPPORT: frozenset({_P.READ_HOSTS, _P.READ_EVENTS, _P.READ_DIAGNOSTICS, _P.READ_BENCHMARKS,
-                             _P.READ_EXPERIMENTS, _P.PLAN_STORAGE}),
+                             _P.READ_EXPERIMENTS, _P.PLAN_STORAGE, _P.USE_DASHBOARD}),
     Role.AGENT: frozenset({_P.REPORT_AS_AGENT, _P.PLAN_STORAGE}),
     Role.METRICS: frozenset({_P.READ_METRICS}),
 }

@@ -74,6 +74,9 @@ class Settings(BaseModel):
     # How long an accepted token is trusted without reading its row again. A revocation
     # through this server is immediate; other servers sharing the database see it this late.
     token_cache_s: float = Field(default=10, ge=0, le=300)
+    # How long a dashboard sign-in (a session cookie, api/sessions.py) lasts; never beyond its
+    # token's own expiry. Signing in again makes a new session.
+    session_ttl_s: float = Field(default=8 * 3600, ge=60, le=30 * 86400)
     # The CA that signs agents' certificates and holds the control plane's client certificate
     # (tls.init_pki); the control plane dials agents with mutual TLS. None: plaintext to agents,
     # which `stortune-server` allows only with --insecure.

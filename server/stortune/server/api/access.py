@@ -10,6 +10,15 @@ Accepted tokens are remembered for ``token_cache_s``: a fleet's heartbeats
 share one bootstrap token, and a database read per heartbeat would double
 their cost. Expiry is still checked on every call; a revocation through this
 server forgets the token at once.
+
+The dashboard signs in once with a bearer token and then holds a session cookie
+(api/routes/sessions.py): the same path authenticates it here, as the principal of the
+token behind it, so roles, scopes and audit records are the token's. A call with an
+``Authorization`` header is judged by that header alone. A call made with the cookie that
+could change anything (any method but GET, HEAD, OPTIONS) must also carry the session's
+CSRF token in ``X-CSRF-Token`` and come from this origin (``Sec-Fetch-Site`` and ``Origin``
+when the browser sends them), or it is 403: the cookie is SameSite=Strict already, and
+this holds even where a browser ignores that.
 """
 
 from __future__ import annotations
@@ -17,7 +26,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
 import anyio.to_thread
 from sqlalchemy.exc import SQLAlchemyError
@@ -29,14 +40,24 @@ from stortune.server.api import audit
 from stortune.server.api.deps import Clock
 from stortune.server.api.handlers import error_response
 from stortune.server.auth import Principal, redact, secret_hash
-from stortune.server.errors import ApiError, Unauthorized, Unavailable
-from stortune.server.services import tokens
+from stortune.server.errors import ApiError, Forbidden, Unauthorized, Unavailable
+from stortune.server.services import tokens, ui_sessions
 from stortune.server.services.tokens import Refusal
 
 log = logging.getLogger(__name__)
 
 #: Where the accepted principal waits for the routes (api/security.py).
 PRINCIPAL = "stortune.principal"
+#: The cookie's secret, when the call was authenticated by a dashboard session.
+SESSION = "stortune.session"
+SESSION_COOKIE = "stortune_session"
+CSRF_HEADER = "x-csrf-token"
+#: Methods that change nothing, so a session cookie alone may make them.
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+_SESSION_HINT = "sign in again at /ui/"
+_SESSION_REFUSALS = {Refusal.UNKNOWN: "unknown or ended session",
+                     Refusal.REVOKED: "the token this session stands for was revoked",
+                     Refusal.EXPIRED: "the session, or the token it stands for, has expired"}
 _MAX_SECRET = 256
 _HINT = "send the header 'Authorization: Bearer <token>' (stortune: --token or $STORTUNE_TOKEN)"
 
@@ -65,24 +86,42 @@ class Authenticator:
 
     async def authenticate(self, authorization: str | None) -> Principal:
         digest = secret_hash(bearer_secret(authorization))
+        return await self._principal(digest, self._lookup, f"{_HINT} with a valid token", "token",
+                                     lambda refusal: refusal.value)
+
+    async def authenticate_session(self, secret: str) -> Principal:
+        """The principal of a dashboard session cookie: its token's, expiring with the earlier."""
+        # "s:" keeps session digests apart from token digests in the one cache.
+        digest = "s:" + secret_hash(secret)
+        return await self._principal(digest, self._lookup_session, _SESSION_HINT, "session",
+                                     _SESSION_REFUSALS.__getitem__)
+
+    async def _principal(self, digest: str, lookup: Callable[[str, datetime], Principal | Refusal],
+                         hint: str, what: str, say: Callable[[Refusal], str]) -> Principal:
         now = self._clock()
         principal = self._cached(digest, now)
         if principal is None:
-            found = await anyio.to_thread.run_sync(self._lookup, digest, now)
+            found = await anyio.to_thread.run_sync(lookup, digest, now)
             if isinstance(found, Refusal):
-                raise Unauthorized(f"{found.value}: {_HINT} with a valid token", invalid_token=True)
+                raise Unauthorized(f"{say(found)}: {hint}", invalid_token=True)
             principal = found
             self._remember(digest, principal, now)
         if principal.expires_at is not None and principal.expires_at <= now:
             self.forget(principal.token_id)
-            raise Unauthorized(f"the token expired at {principal.expires_at.isoformat()}", invalid_token=True)
+            raise Unauthorized(f"the {what} expired at {principal.expires_at.isoformat()}: {hint}",
+                               invalid_token=True)
         return principal
 
     def forget(self, token_id: str) -> None:
-        """Drop a token from the cache (it was revoked)."""
+        """Drop a token and its sessions from the cache (it was revoked)."""
         with self._lock:
             for digest in [d for d, (p, _) in self._cache.items() if p.token_id == token_id]:
                 del self._cache[digest]
+
+    def forget_session(self, secret: str) -> None:
+        """Drop one session from the cache (it was signed out)."""
+        with self._lock:
+            self._cache.pop("s:" + secret_hash(secret), None)
 
     def _cached(self, digest: str, now: datetime) -> Principal | None:
         with self._lock:
@@ -108,6 +147,45 @@ class Authenticator:
             raise Unavailable(f"cannot check the token: database unavailable ({type(exc).__name__})"
                               ) from None
 
+    def _lookup_session(self, digest: str, now: datetime) -> Principal | Refusal:
+        try:
+            with self._sessions() as session:
+                return ui_sessions.find(session, digest.removeprefix("s:"), now)
+        except SQLAlchemyError as exc:
+            raise Unavailable(f"cannot check the session: database unavailable ({type(exc).__name__})"
+                              ) from None
+
+
+def session_secret(headers: Headers) -> str | None:
+    """The session cookie's secret, if the call carries one that could be one.
+
+    The first of its name: browsers send the cookie of the longest path first, which is ours
+    (Path=/api/v1), before one that another page of the site may have planted under Path=/."""
+    raw = headers.get("cookie")
+    if not raw or len(raw) > 8192:
+        return None
+    for part in raw.split(";"):
+        name, sep, value = part.strip().partition("=")
+        if sep and name == SESSION_COOKIE:
+            value = value.strip().strip('"')
+            plausible = 0 < len(value) <= _MAX_SECRET and value.isascii() and value.isprintable()
+            return value if plausible else None
+    return None
+
+
+def check_same_site(scope: Scope, headers: Headers, secret: str) -> None:
+    """A write made with the session cookie: the session's CSRF token, from this origin."""
+    if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        raise Forbidden("a write with the dashboard's session cookie must come from the dashboard "
+                        f"itself (Sec-Fetch-Site: {headers.get('sec-fetch-site')})")
+    origin = headers.get("origin")
+    if origin is not None and urlsplit(origin).netloc != headers.get("host", ""):
+        raise Forbidden(f"a write with the dashboard's session cookie from another origin ({origin!r}) "
+                        "is refused")
+    if not ui_sessions.csrf_matches(secret, headers.get(CSRF_HEADER)):
+        raise Forbidden("a write with the dashboard's session cookie needs the session's CSRF token in "
+                        "the X-CSRF-Token header (GET /api/v1/session gives it); or send a bearer token")
+
 
 class AccessControl:
     """ASGI middleware: authenticate calls under ``prefix``, audit the ones audit.wanted() names."""
@@ -125,8 +203,15 @@ class AccessControl:
                                            or scope["path"] in self.paths):
             await self.app(scope, receive, send)
             return
+        headers = Headers(scope=scope)
+        authorization = headers.get("authorization")
+        # The bearer header, when there is one, decides alone: a cookie beside it is not looked at.
+        secret = session_secret(headers) if authorization is None else None
         try:
-            principal = await self.authenticator.authenticate(Headers(scope=scope).get("authorization"))
+            if secret is None:
+                principal = await self.authenticator.authenticate(authorization)
+            else:
+                principal = await self.authenticator.authenticate_session(secret)
         except ApiError as exc:
             client = scope.get("client")
             log.info("refused %s %s from %s: %s", scope["method"], redact(scope["path"]),
@@ -134,6 +219,18 @@ class AccessControl:
             await error_response(exc)(scope, receive, send)
             return
         scope[PRINCIPAL] = principal
+        if secret is not None:
+            scope[SESSION] = secret
+            if scope["method"] not in SAFE_METHODS:
+                try:
+                    check_same_site(scope, headers, secret)
+                except Forbidden as exc:
+                    # A forged write is somebody's action against this token: on the record.
+                    log.info("refused %s %s with %s's session: %s", scope["method"], redact(scope["path"]),
+                             principal.describe(), exc.message)
+                    await self.auditor.record(scope, principal, exc.code)
+                    await error_response(exc)(scope, receive, send)
+                    return
         started = False
 
         async def send_and_audit(message: Message) -> None:

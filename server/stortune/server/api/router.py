@@ -30,6 +30,7 @@ from stortune.server.api.routes import (
     probes,
     profiles,
     raid_plans,
+    sessions,
     tokens,
 )
 from stortune.server.api.security import Included, check_included, included_templates
@@ -52,14 +53,15 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     experiments.router,
     diagnostics.router,
     raid_plans.router,
+    sessions.router,
     tokens.router,
     audit.router,
 )
 
 #: The order /docs lists the API in.
 OPENAPI_TAGS = [{"name": tag} for tag in (
-    "profiles", "hosts", "events", "agents", "tokens", "audit", "diagnostics", "benchmarks", "experiments",
-    "analysis", "health")]
+    "profiles", "hosts", "events", "agents", "tokens", "sessions", "audit", "diagnostics", "benchmarks",
+    "experiments", "analysis", "health")]
 
 health_router = health.router
 

@@ -178,6 +178,25 @@ class ApiToken(Base):
     revoked_by: Mapped[str | None] = mapped_column(Text)
 
 
+class UiSession(Base):
+    """A dashboard sign-in (api/sessions.py): a cookie standing for the token that made it.
+
+    The cookie's secret is never stored, only its SHA-256 (as for tokens). A row lives until
+    its sign-out or expiry; its token's revocation or expiry ends it at once, since every
+    look-up reads the token too. A table rather than process memory: every replica on one
+    PostgreSQL database accepts the same cookie."""
+
+    __tablename__ = "ui_sessions"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)  # SHA-256 of the cookie secret
+    token_id: Mapped[str] = mapped_column(String(16), ForeignKey("api_tokens.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_ui_sessions_token", "token_id"),
+                      Index("ix_ui_sessions_expires", "expires_at"))
+
+
 class AuditRecord(Base):
     """One audited call: who (token), what (method, path, outcome), when, from where."""
 
