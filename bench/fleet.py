@@ -185,18 +185,62 @@ def _wrk_load(url: str, clients: int, seconds: float) -> tuple[float, float, flo
     auth = [arg for key, value in headers.items() for arg in ("-H", f"{key}: {value}")]
     out = subprocess.run(["wrk", "-t2", f"-c{clients}", f"-d{seconds:g}s", "--timeout", "30s",
                           "--latency", *auth, url], capture_output=True, text=True, check=True).stdout
+    p50, p99, errors = _wrk_figures(out)
+    rate = next((float(line.split()[1]) for line in out.splitlines() if line.startswith("Requests/sec:")),
+                0.0)
+    return rate, p50, p99, errors
+
+
+_WRITE_SCRIPT = """
+-- PATCH the labels of a random host of the fleet, each request a new value: a write each time.
+local names = {}
+for name in string.gmatch("%s", "[^,]+") do names[#names + 1] = name end
+local tick = 0
+request = function()
+  tick = tick + 1
+  local host = names[math.random(#names)]
+  local body = '{"labels": {"bench-tick": "' .. tick .. '"}}'
+  -- wrk.format's headers replace the command line's: the token is copied in.
+  local headers = {}
+  for key, value in pairs(wrk.headers) do headers[key] = value end
+  headers["Content-Type"] = "application/json"
+  return wrk.format("PATCH", "/api/v1/hosts/" .. host .. "/labels", headers, body)
+end
+"""
+
+
+def mixed_load(base: str, hosts: list[str], *, readers: int = 40, writers: int = 10,
+               seconds: float = 10.0, page: int = 100) -> tuple[float, float, float, float, int]:
+    """(reads p50, reads p99, writes p50, writes p99, errors): ``readers`` clients paging the host
+    list and ``writers`` clients changing labels at once (50 clients at 4:1), as two wrk runs side
+    by side so each has its own latencies."""
+    script = Path(tempfile.mkstemp(suffix=".lua")[1])
+    script.write_text(_WRITE_SCRIPT % ",".join(hosts))
+    headers = [arg for key, value in {**ADMIN, "Accept-Encoding": "gzip"}.items()
+               for arg in ("-H", f"{key}: {value}")]
+    try:
+        runs = [subprocess.Popen(["wrk", "-t1", f"-c{clients}", f"-d{seconds:g}s", "--timeout", "30s",
+                                  "--latency", *headers, *extra, url], stdout=subprocess.PIPE, text=True)
+                for clients, extra, url in ((readers, [], f"{base}/api/v1/hosts?limit={page}"),
+                                            (writers, ["-s", str(script)], base))]
+        outs = [run.communicate()[0] for run in runs]
+    finally:
+        script.unlink()
+    (r50, r99, e1), (w50, w99, e2) = (_wrk_figures(out) for out in outs)
+    return r50, r99, w50, w99, e1 + e2
+
+
+def _wrk_figures(out: str) -> tuple[float, float, int]:
     lat: dict[str, float] = {}
-    rate, errors = 0.0, 0
+    errors = 0
     for line in out.splitlines():
         words = line.split()
         if len(words) == 2 and words[0] in ("50%", "99%"):
             number = words[1].rstrip("usm")
             lat[words[0]] = float(number) * _UNITS[words[1][len(number):]]
-        elif line.startswith("Requests/sec:"):
-            rate = float(words[1])
         elif "Non-2xx" in line or line.strip().startswith("Socket errors"):
             errors += sum(int(w.rstrip(",")) for w in words if w.rstrip(",").isdigit())
-    return rate, lat["50%"], lat["99%"], errors
+    return lat.get("50%", float("nan")), lat.get("99%", float("nan")), errors
 
 
 def resource_version(url: str) -> int:
@@ -378,16 +422,20 @@ class Row:
     agents_cpu_pct: float
     hosts_p50_s: float
     hosts_p99_s: float
+    mixed_reads_p99_s: float
+    mixed_writes_p99_s: float
     scrape_s: float
     db_bytes: int
 
     HEADER = (f"{'hosts':>6} {'repl':>4} {'db':10} {'register':>9} {'converge':>9} {'idle CPU':>9} "
-              f"{'(agents)':>9} {'GET hosts p50':>13} {'p99':>9} {'scrape':>8} {'db size':>9}")
+              f"{'(agents)':>9} {'page p50':>9} {'p99':>8} {'4:1 reads p99':>13} {'writes p99':>10} "
+              f"{'scrape':>8} {'db size':>9}")
 
     def line(self) -> str:
         return (f"{self.hosts:6d} {self.replicas:4d} {self.db:10} {self.register_s:8.1f}s "
                 f"{self.converge_s:8.1f}s {self.idle_cpu_pct:8.1f}% {self.agents_cpu_pct:8.1f}% "
-                f"{self.hosts_p50_s * 1000:11.1f}ms {self.hosts_p99_s * 1000:7.1f}ms "
+                f"{self.hosts_p50_s * 1000:7.1f}ms {self.hosts_p99_s * 1000:6.1f}ms "
+                f"{self.mixed_reads_p99_s * 1000:11.1f}ms {self.mixed_writes_p99_s * 1000:8.1f}ms "
                 f"{self.scrape_s * 1000:6.0f}ms {self.db_bytes / 2**20:7.1f}MB")
 
 
@@ -427,13 +475,17 @@ def measure(args: argparse.Namespace, hosts: int) -> Row:
         agents = (fleet.cpu(fleet.agents) - a0) / args.window * 100
         print(f"  idle: control plane {idle:.1f} % of one core (all replicas), agents {agents:.1f} %",
               flush=True)
-        load = _wrk_load if shutil.which("wrk") else _python_load
-        _, p50, p99, errors = load(base + "/api/v1/hosts", 50, 10.0)
-        if errors:
-            print(f"  GET /api/v1/hosts: {errors} errors")
+        if not shutil.which("wrk"):
+            raise SystemExit("the table's REST figures need wrk (apt-get install wrk)")
+        _, p50, p99, errors = _wrk_load(base + "/api/v1/hosts?limit=100", 50, 10.0)
+        names = [h["metadata"]["name"] for h in get(base + "/api/v1/hosts?limit=1000")["items"]]
+        r50, r99, w50, w99, mixed_errors = mixed_load(base, names)
+        print(f"  paged host list, 50 clients: p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms; 40 readers"
+              f" + 10 writers: reads p50 {r50 * 1000:.1f} / p99 {r99 * 1000:.1f} ms, writes p50"
+              f" {w50 * 1000:.1f} / p99 {w99 * 1000:.1f} ms; errors {errors + mixed_errors}", flush=True)
         scrape = scrape_seconds(base)
         return Row(hosts, args.replicas, "postgresql" if args.db else "sqlite", register, converge, idle,
-                   agents, p50, p99, scrape, database_bytes(fleet.db_url))
+                   agents, p50, p99, r99, w99, scrape, database_bytes(fleet.db_url))
 
 
 def detail(args: argparse.Namespace, hosts: int) -> None:
@@ -496,7 +548,7 @@ def main() -> int:
     ap.add_argument("--interval", type=float, default=30.0, help="reconcile (drift) interval, s")
     ap.add_argument("--heartbeat", type=float, default=None,
                     help="agents' heartbeat interval, s (lease: 4x); default: the server's")
-    ap.add_argument("--settle", type=float, default=25.0,
+    ap.add_argument("--settle", type=float, default=90.0,
                     help="seconds between convergence (table) or the last registration (detail) "
                          "and the idle measurement")
     ap.add_argument("--window", type=float, default=60.0, help="seconds of each idle measurement")

@@ -72,6 +72,7 @@ from stortune.agent.registration import (  # noqa: E402
 )
 from stortune.agent.rpc import AgentService, agent_version  # noqa: E402
 from stortune.agent.serve import SERVER_OPTIONS  # noqa: E402
+from stortune.api.agent import observed as observed_values  # noqa: E402
 from stortune.api.agent import tls, wire  # noqa: E402
 from stortune.api.agent.tlsfiles import TLSFiles, write_private  # noqa: E402
 from tests.fixtures.sysfs_builder import SysfsBuilder  # noqa: E402
@@ -145,6 +146,8 @@ class HollowOptions:
     token: str
     labels: tuple[tuple[str, str], ...] = (("role", "fleet"),)
     insecure: bool = False
+    #: Seconds between two reads of a host's values (stortune-agent serve --observe-interval).
+    observe_interval: float = 60.0
 
 
 @dataclass
@@ -155,6 +158,15 @@ class HollowHost:
     state_dir: Path
     server: grpc.aio.Server
     registrar: Registrar
+    #: The digest of its values last read, as the agent reports it.
+    digest: str | None = None
+
+    def observe(self) -> bool:
+        """Read the values as the agent's observe loop does; -> whether their digest changed."""
+        values, _ = local.observed(self.fs, self.state_dir)
+        digest = observed_values.digest(observed_values.encode(values))
+        changed, self.digest = digest != self.digest, digest
+        return changed
 
 
 def _enroll(options: HollowOptions, name: str, server_url: str, state_dir: Path, key: str) -> TLSFiles:
@@ -214,12 +226,32 @@ async def _start_host(options: HollowOptions, index: int, blocking: ThreadPoolEx
         server=options.servers[index % len(options.servers)], name=name, address=address,
         labels=dict(options.labels), agent_version=version, token=options.token, host_key=key,
         host_key_file=str(hostkey.path_in(state_dir)))
+    host: HollowHost | None = None
     registrar = Registrar(config, facts=lambda: host_facts(fs, version),
                           discover=lambda: local.discover(fs, state_dir),
                           topology_hash=lambda: local.discover(fs).structure_hash(),
-                          boot_id=local.host_info(fs).get("boot_id", ""))
+                          boot_id=local.host_info(fs).get("boot_id", ""),
+                          observed_digest=lambda: host.digest if host is not None else None)
+    host = HollowHost(index, name, fs, state_dir, server, registrar)
+    await loop.run_in_executor(blocking, host.observe)
     threading.Thread(target=registrar.run, name=f"registrar-{name}", daemon=True).start()
-    return HollowHost(index, name, fs, state_dir, server, registrar)
+    return host
+
+
+def observe_all(hosts: list[HollowHost], interval: float, stop: threading.Event) -> None:
+    """The agents' observe loops in one thread: each host read every ``interval`` seconds, the
+    reads spread evenly; a changed digest is reported at once, as the agent does."""
+    while not stop.is_set():
+        started = time.monotonic()
+        for turn, host in enumerate(list(hosts)):
+            if stop.wait(max(0.0, started + turn * interval / max(1, len(hosts)) - time.monotonic())):
+                return
+            try:
+                if host.observe():
+                    host.registrar.poke()
+            except Exception:  # a host's tree being written by an apply: read again next round
+                logging.getLogger("hollow").debug("observing %s failed", host.name, exc_info=True)
+        stop.wait(max(0.0, started + interval - time.monotonic()))
 
 
 async def serve(options: HollowOptions, stop: asyncio.Event) -> None:
@@ -235,11 +267,15 @@ async def serve(options: HollowOptions, stop: asyncio.Event) -> None:
             if not stop.is_set():
                 hosts.append(await _start_host(options, index, blocking, handlers))
 
+    observing = threading.Event()
     try:
         await asyncio.gather(*(one(i) for i in range(options.index, options.hosts, options.procs)))
+        threading.Thread(target=observe_all, args=(hosts, options.observe_interval, observing),
+                         name="hollow-observe", daemon=True).start()
         print("ready", flush=True)
         await stop.wait()
     finally:
+        observing.set()
         for host in hosts:
             host.registrar.stop()
         await asyncio.gather(*(host.server.stop(1) for host in hosts), return_exceptions=True)
@@ -256,11 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, required=True)
     ap.add_argument("--port", type=int, required=True, help="the gRPC port on every host's address")
     ap.add_argument("--insecure", action="store_true", help="plaintext gRPC (server run with --insecure)")
+    ap.add_argument("--observe-interval", type=float, default=60.0,
+                    help="seconds between two reads of a host's values, to report a change (the agent's"
+                         " default is 10; the simulator reads thousands of hosts on two cores)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     options = HollowOptions(servers=tuple(args.server.split(",")), index=args.index, procs=args.procs,
                             hosts=args.hosts, directory=args.dir, port=args.port,
-                            token=os.environ["STORTUNE_AGENT_TOKEN"], insecure=args.insecure)
+                            token=os.environ["STORTUNE_AGENT_TOKEN"], insecure=args.insecure,
+                            observe_interval=args.observe_interval)
 
     async def run() -> None:
         stop = asyncio.Event()

@@ -56,6 +56,8 @@ class HostView:
     applied_boot_id: str | None = None
     refused: Mapping[str, int] | None = None
     lease_expired: bool = False
+    #: The boot id the agent last reported (registration, heartbeats).
+    boot_id: str | None = None
     #: Profiles selecting the host that this version refuses (stored by an earlier one): name -> why.
     #: Nothing is planned or applied while there are any.
     invalid: Mapping[str, str] = field(default_factory=dict)

@@ -63,7 +63,7 @@ class QuietLooks:
     """
 
     def __init__(self, monotonic: Callable[[], float] = time.monotonic) -> None:
-        self._last: dict[str, tuple[HostView, tuple[object, ...], float]] = {}
+        self._last: dict[str, tuple[HostView, tuple[object, ...], float, Observation]] = {}
         self._monotonic = monotonic
 
     @staticmethod
@@ -75,7 +75,12 @@ class QuietLooks:
         return last is not None and last[0] is view and last[1] == self._key(seen)
 
     def remember(self, view: HostView, seen: Observation) -> None:
-        self._last[view.name] = (view, self._key(seen), self._monotonic())
+        self._last[view.name] = (view, self._key(seen), self._monotonic(), seen)
+
+    def answer(self, name: str) -> Observation | None:
+        """The agent's answer at the last quiet look."""
+        last = self._last.get(name)
+        return None if last is None else last[3]
 
     def settled(self, name: str, reported: str | None, since: float) -> bool:
         """The agent's last reported digest is the last quiet look's, and that look was at or
@@ -137,7 +142,7 @@ async def _reconcile(deps: Deps, name: str, still_mine: Callable[[], bool]) -> R
         return await _finish(deps, name, report.invalid_profiles(view))
     agent = deps.agents.for_address(view.address, view.name)
     try:
-        answer = await agent.get_observed()
+        answer = await _still_reported(deps, view) or await agent.get_observed()
         if deps.quiet.unchanged(view, answer):
             return Result.DONE
         seen = await observe(agent, view, answer)
@@ -180,6 +185,17 @@ async def _view(deps: Deps, name: str) -> HostView | None:
         if kept is not None:
             return kept
     return await asyncio.to_thread(store.load, deps.sessions, name, deps.topologies, deps.views)
+
+
+async def _still_reported(deps: Deps, view: HostView) -> Observation | None:
+    """The answer of the host's last quiet look, if its agent's latest report says its values are
+    still those (same digest, boot and device structure): a look for a change on this side (a
+    profile, labels) then needs no call to ask for them. None: ask."""
+    last = deps.quiet.answer(view.name)
+    if last is None or last.topology_hash != view.topology_hash or last.info.boot_id != view.boot_id:
+        return None
+    reported = await asyncio.to_thread(store.reported_digest, deps.sessions, view.name)
+    return last if reported == last.digest else None
 
 
 def _values(agent: AgentClient, answer: Observation) -> report.Observed:

@@ -17,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.schemas.topology import Topology
-from stortune.server.db.tables import Host, Profile
+from stortune.server.db.tables import Host, HostLease, Profile
 from stortune.server.errors import NotFound
 from stortune.server.models.hosts import DeviceSetting
 from stortune.server.reconciler.decide import HostView
@@ -110,6 +110,7 @@ def _load(session: Session, name: str, cache: Topologies) -> HostView | None:
         topology=topology, topology_hash=host.topology_hash,
         checked_boot_id=status.get("checkedBootId"), applied_boot_id=status.get("appliedBootId"),
         refused=status.get("refusedGenerations"), lease_expired=host.lease_expired, invalid=invalid,
+        boot_id=host.boot_id,
         experiment=experiments.holding(session, name),
     )
 
@@ -139,6 +140,13 @@ def write(sessions: Sessions, name: str, update: Update, now: datetime) -> bool:
         except NotFound:
             return False
     return True
+
+
+def reported_digest(sessions: Sessions, name: str) -> str | None:
+    """The digest the host's agent last reported, read now (heartbeats do not move the counter
+    the views are kept by)."""
+    with sessions() as session:
+        return session.scalar(select(HostLease.observed_digest).where(HostLease.name == name))
 
 
 def reported_digests(sessions: Sessions) -> dict[str, str]:

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from stortune.server.api import label_selector
-from stortune.server.api.cached_reads import READ_HOSTS, host_key, list_key, status_key
+from stortune.server.api.cached_reads import READ_HOSTS, host_key, page_key, status_key
 from stortune.server.api.deps import NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.rendered import DocumentCache, join_list, respond
@@ -92,9 +92,7 @@ async def list_hosts(
                          _documents(request, session, wanted))
 
     scope = who.hosts.model_dump_json() if who.hosts is not None else ""
-    key = (list_key(selector, scope) if not (wanted_conditions or limit is not None)
-           else ("hosts-page", selector or "", scope, wanted_conditions, limit, after))
-    return await respond(request, key, render)
+    return await respond(request, page_key(selector, scope, wanted_conditions, limit, after), render)
 
 
 @router.get("/{name}", response_model=HostDocument, responses=NOT_FOUND)
