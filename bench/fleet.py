@@ -464,10 +464,15 @@ def measure(args: argparse.Namespace, hosts: int) -> Row:
         print(f"  {hosts} hosts registered in {register:.1f} s (from the agent processes' start: "
               "fixture trees and certificates included)", flush=True)
         t0 = time.monotonic()
+        s0, a0 = fleet.cpu(fleet.servers), fleet.cpu(fleet.agents)
         generation = apply_profile(fleet)
         wait_for("all hosts Ready", lambda: ready_count(base, generation) >= hosts, 120 + hosts * 0.2, step)
         converge = time.monotonic() - t0
-        print(f"  profile applied -> {hosts} hosts Ready in {converge:.1f} s", flush=True)
+        served, simulated = fleet.cpu(fleet.servers) - s0, fleet.cpu(fleet.agents) - a0
+        print(f"  profile applied -> {hosts} hosts Ready in {converge:.1f} s; CPU meanwhile: control plane"
+              f" {served:.1f} s ({served / hosts * 1000:.1f} ms a host), simulated agents {simulated:.1f} s"
+              f" ({simulated / hosts * 1000:.1f} ms a host) of the 2 cores' {2 * converge:.0f} s",
+              flush=True)
         time.sleep(args.settle)
         s0, a0 = fleet.cpu(fleet.servers), fleet.cpu(fleet.agents)
         time.sleep(args.window)

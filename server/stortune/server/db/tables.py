@@ -89,6 +89,8 @@ class Host(Base):
     host_key_sha256: Mapped[str | None] = mapped_column(String(64))
 
     __mapper_args__ = {"version_id_col": resource_version, "version_id_generator": False}
+    # What the in-memory fleet index reads after a write: the rows written since it last looked.
+    __table_args__ = (Index("ix_hosts_resource_version", "resource_version"),)
 
     @property
     def effective_labels(self) -> dict[str, str]:
