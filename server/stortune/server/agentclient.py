@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol, TypeVar
@@ -348,6 +349,12 @@ class _Cached:
     stub: Any
 
 
+#: Open channels to agents kept at most (AgentClients), and how long calls in flight on one
+#: being closed may go on.
+MAX_CHANNELS = 4096
+CLOSE_GRACE_S = 60.0
+
+
 class AgentClients:
     """Clients by agent address, sharing one channel per address.
 
@@ -359,16 +366,23 @@ class AgentClients:
     registered as (``host``): an agent cannot answer for another host, and one
     presenting a certificate from another CA is refused at the handshake.
     Without it, plaintext (``stortune-server --insecure``).
+
+    At most ``max_channels`` stay open, the least recently used closed first (with a grace for
+    calls in flight): agents that report their own changes are called rarely, and a channel
+    per host of a 10,000-host fleet, beside each host's watch, would use up the open files.
     """
 
     def __init__(self, *, tls: TLSFiles | None = None,
                  timeouts: Timeouts | None = None,
-                 options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS) -> None:
+                 options: Sequence[tuple[str, Any]] = DEFAULT_CHANNEL_OPTIONS,
+                 max_channels: int = MAX_CHANNELS) -> None:
         self._tls = tls
         self._credentials: grpc.ChannelCredentials | None = None
         self._timeouts = timeouts or Timeouts()
         self._options = list(options)
-        self._channels: dict[tuple[str, str | None], _Cached] = {}
+        self._max = max_channels
+        self._channels: OrderedDict[tuple[str, str | None], _Cached] = OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
 
     def for_address(self, address: str, host: str | None = None) -> GrpcAgentClient:
         return GrpcAgentClient(address, self, self._timeouts, host)
@@ -387,6 +401,7 @@ class AgentClients:
         key = (address, host)
         cached = self._channels.get(key)
         if cached is not None and cached.loop is loop:
+            self._channels.move_to_end(key)
             return cached.stub
         if self._tls is None:
             channel = grpc.aio.insecure_channel(address, options=self._options)
@@ -395,6 +410,13 @@ class AgentClients:
             options = [*self._options, *([("grpc.ssl_target_name_override", host)] if host else [])]
             channel = grpc.aio.secure_channel(address, self._secure(), options=options)
         self._channels[key] = _Cached(channel, loop, wire.agent_stub(channel))
+        self._channels.move_to_end(key)
+        while len(self._channels) > self._max:
+            _, old = self._channels.popitem(last=False)
+            if old.loop is loop:
+                task = loop.create_task(_close(old, grace=CLOSE_GRACE_S))
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
         return self._channels[key].stub
 
     async def forget(self, address: str) -> None:
@@ -403,16 +425,18 @@ class AgentClients:
             await _close(self._channels.pop(key))
 
     async def close(self) -> None:
-        cached, self._channels = list(self._channels.values()), {}
+        cached, self._channels = list(self._channels.values()), OrderedDict()
         for c in cached:
             await _close(c)
+        for task in list(self._closing):
+            task.cancel()
 
 
-async def _close(cached: _Cached) -> None:
+async def _close(cached: _Cached, grace: float | None = None) -> None:
     # A channel of another (finished) loop cannot be closed from this one;
     # its loop took its transports with it.
     if cached.loop is asyncio.get_running_loop():
-        await cached.channel.close()
+        await cached.channel.close(grace)
 
 
 # -- the fake ------------------------------------------------------------------------

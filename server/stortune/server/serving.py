@@ -38,14 +38,23 @@ def keepalive(sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, USER_TIMEOUT_MS)
 
 
-def raise_open_files_limit() -> int:
-    """The soft limit on open files raised to the hard one; -> the limit now."""
+#: Open files wanted: a watching agent's connection and a gRPC channel to it, per host.
+WANTED_OPEN_FILES = 1 << 18
+
+
+def raise_open_files_limit(wanted: int = WANTED_OPEN_FILES) -> int:
+    """The soft limit on open files raised to ``wanted`` (the hard limit too, where this process
+    may raise it: root), else to the hard limit; -> the limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
-        with contextlib.suppress(ValueError, OSError):
-            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
-            soft = target
+    for target in ((wanted, max(hard, wanted)) if hard != resource.RLIM_INFINITY else (wanted, hard),
+                   (min(wanted, hard), hard)):
+        if target[0] <= soft:
+            break
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, target)
+        except (ValueError, OSError):
+            continue
+        return target[0]
     return soft
 
 
