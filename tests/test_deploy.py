@@ -69,11 +69,10 @@ def test_alert_rules_fire_as_their_tests_say() -> None:
 
 def exported_names() -> set[str]:
     """Every series name /metrics can serve, histogram and counter suffixes included."""
-    from stortune.server.metrics.exposition import FAMILIES
+    from stortune.server.metrics.exposition import FAMILIES, OTHER_FAMILIES
     from stortune.server.metrics.recorder import Recorder
 
-    names = {name for name, _, _ in FAMILIES} | {"stortune_hosts", "stortune_benchmark_runs",
-                                                 "stortune_experiments"}
+    names = {name for name, _, _ in FAMILIES} | set(OTHER_FAMILIES)
     for family in Recorder().registry.collect():
         suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")
                     }.get(family.type, ("",))

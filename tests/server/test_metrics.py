@@ -296,3 +296,25 @@ def test_hostile_a_token_scraping_in_a_loop_is_rate_limited(app: FastAPI) -> Non
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
     assert "'metrics'" in refused.json()["message"]
     assert scrape(app)  # another token (another Prometheus) still scrapes
+
+
+def test_a_host_whose_latest_run_is_worse_than_its_baseline_is_a_regression(app: FastAPI) -> None:
+    from tests.server.benchfakes import finished_run, steady, streamers
+
+    with admin_client(app) as admin:
+        for name in ("h1", "h2"):
+            admin.post(f"{API}/agents/register", json=registration(name, topology=loop_topology(name)))
+        doc = streamers("stream", repeats=3)
+        reference = finished_run(app, "h1", doc, values=steady(1.0))
+        assert admin.put(f"{API}/benchmarks/baselines/ref", json={"run": reference}).status_code == 201
+        finished_run(app, "h2", doc, values=steady(1.0))  # as fast as the reference
+        text = scrape(app)
+        lint(text)
+        assert sample(parse(text), "stortune_benchmark_regressed", benchmark="stream", host="h2",
+                      baseline="ref") == 0
+        app.state.metrics_fleet.regressions._at = float("-inf")  # the next scrape judges again now
+        finished_run(app, "h2", doc, values=steady(0.6))  # its latest run: 40 % slower
+        samples = parse(scrape(app))
+    assert sample(samples, "stortune_benchmark_regressed", benchmark="stream", host="h2", baseline="ref") == 1
+    assert (sample(samples, "stortune_benchmark_objectives_worse", benchmark="stream", host="h2",
+                   baseline="ref") or 0) >= 1

@@ -34,6 +34,7 @@ from stortune.server.reconciler import Reconciler
 from stortune.server.services.agent_pki import AgentPki
 from stortune.server.services.fleet_state import FleetState
 from stortune.server.services.pacing import FleetSize
+from stortune.server.services.regressions import Regressions
 from stortune.server.services.versions import VersionReader
 from stortune.server.services.watches import WatchBook
 from stortune.server.settings import Settings
@@ -179,7 +180,7 @@ def create_app(
     app.state.versions = versions
     app.state.metrics = recorder
     app.state.fleet = FleetState(sessions)  # the scrape's and the host list's in-memory index
-    app.state.metrics_fleet = FleetExposition(app.state.fleet)
+    app.state.metrics_fleet = FleetExposition(app.state.fleet, Regressions(sessions))
     app.state.fleet_size = FleetSize(sessions)
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
     # Several servers share a PostgreSQL database: their rate limits must be one.

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from stortune.server.services.fleet_state import FleetState, HostRecord
+from stortune.server.services.regressions import Regressions, Verdict
 
 CONDITION_STATUSES = ("true", "false", "unknown")
 
@@ -85,8 +86,9 @@ def host_lines(r: HostRecord) -> tuple[str, ...]:
 class FleetExposition:
     """Renders a FleetState; keeps each host's lines by (name, resourceVersion)."""
 
-    def __init__(self, fleet: FleetState) -> None:
+    def __init__(self, fleet: FleetState, regressions: Regressions | None = None) -> None:
         self.fleet = fleet
+        self.regressions = regressions or Regressions(None)
         self._kept: dict[str, tuple[int, tuple[str, ...]]] = {}
         self._lock = threading.Lock()
 
@@ -107,12 +109,31 @@ class FleetExposition:
             parts.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
             parts.extend(lines[i] for lines in ordered)
         parts.append(_runs(self.fleet.runs))
+        parts.append(regression_lines(self.regressions.verdicts))
         parts.append(f"# HELP stortune_hosts Hosts the control plane manages\n# TYPE stortune_hosts gauge\n"
                      f"stortune_hosts {len(fresh)}\n")
         return "".join(parts).encode()
 
 
 RUN_STATES = ("queued", "running", "done", "failed", "cancelled")
+#: The families written besides FAMILIES (what the deploy/ rules and dashboard may use).
+OTHER_FAMILIES = ("stortune_hosts", "stortune_benchmark_runs", "stortune_experiments",
+                  "stortune_benchmark_regressed", "stortune_benchmark_objectives_worse")
+
+
+def regression_lines(verdicts: Sequence[Verdict]) -> str:
+    """Per host and benchmark with a baseline, its latest run judged against the baseline."""
+    out = ["# HELP stortune_benchmark_regressed 1 when the host's latest run of the benchmark is worse "
+           "than its baseline beyond the noise in an objective metric, else 0\n"
+           "# TYPE stortune_benchmark_regressed gauge\n"]
+    worse = ["# HELP stortune_benchmark_objectives_worse Objective metrics of the latest run worse than "
+             "the baseline beyond the noise\n# TYPE stortune_benchmark_objectives_worse gauge\n"]
+    for v in verdicts:
+        where = (f'benchmark="{escape(v.benchmark)}",host="{escape(v.host)}",'
+                 f'baseline="{escape(v.baseline)}"')
+        out.append(f"stortune_benchmark_regressed{{{where}}} {int(v.regressed)}\n")
+        worse.append(f"stortune_benchmark_objectives_worse{{{where}}} {v.worse}\n")
+    return "".join(out + worse)
 
 
 def _runs(counts: Mapping[tuple[str, str], int]) -> str:
