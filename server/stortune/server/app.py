@@ -101,12 +101,13 @@ def create_app(
     if not shared:
         recorder.shards_owned_from(lambda: SHARDS)
     notices: Notices | None = None
+    fleet = FleetState(sessions)
     if controller is None:
         reconciler = Reconciler(
             sessions, agents,
             interval=settings.reconcile_interval_s, workers=settings.reconcile_workers, clock=now,
             versions=versions, ram_share=settings.stripe_cache_ram_share, metrics=recorder,
-            ownership=ownership, max_looks_per_s=settings.max_looks_per_s,
+            ownership=ownership, max_looks_per_s=settings.max_looks_per_s, fleet=fleet,
         )
         if shared:
             notices = reconciler.notices = Notices(engine, reconciler.noticed)
@@ -179,7 +180,7 @@ def create_app(
     app.state.host_documents = DocumentCache()
     app.state.versions = versions
     app.state.metrics = recorder
-    app.state.fleet = FleetState(sessions)  # the scrape's and the host list's in-memory index
+    app.state.fleet = fleet  # the scrape's, the host list's and the summaries' in-memory index
     app.state.metrics_fleet = FleetExposition(app.state.fleet, Regressions(sessions))
     app.state.fleet_size = FleetSize(sessions)
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py

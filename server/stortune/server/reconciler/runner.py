@@ -24,6 +24,7 @@ from stortune.server.reconciler import store
 from stortune.server.reconciler.queue import Backoff, WorkQueue
 from stortune.server.reconciler.reconcile import Deps, Result, reconcile
 from stortune.server.reconciler.summary import summarize
+from stortune.server.services.fleet_state import FleetState
 from stortune.server.services.versions import VersionReader
 from stortune.server.shards import AllShards, Notices, Ownership, shard_of
 
@@ -77,10 +78,13 @@ class Reconciler:
         ownership: Ownership | None = None,
         notices: Notices | None = None,
         max_looks_per_s: float = 10.0,
+        fleet: FleetState | None = None,
     ) -> None:
         self.agents = agents
         self.interval = interval
         self.max_looks_per_s = max_looks_per_s
+        #: The app's in-memory fleet index, which the profile summaries count from (None: read them).
+        self.fleet = fleet
         self.workers = workers
         self._sessions = sessions
         self._clock = clock
@@ -259,7 +263,7 @@ class Reconciler:
     def _write_summaries(self) -> None:
         if not self.ownership.leads():  # fleet-wide: one server writes them
             return
-        profiles, standings = store.profiles_and_hosts(self._sessions)
+        profiles, standings = store.profiles_and_hosts(self._sessions, self.fleet)
         now = self._clock()
         for profile in profiles:
             status = summarize(profile, standings)
