@@ -46,9 +46,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"--shard {shard!r}: expected K/N, e.g. 1/2") from None
     if not 1 <= k <= n:
         raise pytest.UsageError(f"--shard {shard!r}: K must be between 1 and N")
-    # Dealt round, not cut in blocks, the slow ones (marked slow) first and apart, so that each
-    # shard gets its share of them and of the rest.
-    # A module marked `together` (one browser and one fleet for all its tests) is one unit.
+    # The slow ones (marked slow, with their rough seconds) first, each to the shard with the
+    # fewest seconds so far (largest first), then the rest dealt round, not cut in blocks, so
+    # that each shard gets its share of both. A module marked `together` (one browser and one
+    # fleet for all its tests) is one unit.
     units: list[list[pytest.Item]] = []
     modules: dict[str, list[pytest.Item]] = {}
     for item in items:
@@ -58,12 +59,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             modules[item.nodeid.split("::")[0]].append(item)
         else:
             units.append(modules.setdefault(item.nodeid.split("::")[0], [item]))
-    slow = [u for u in units if any(item.get_closest_marker("slow") is not None for item in u)]
-    rest = [u for u in units if all(item.get_closest_marker("slow") is None for item in u)]
-    mine = {id(item) for group in (slow, rest) for i, unit in enumerate(group) if i % n == k - 1
-            for item in unit}
+    slow = sorted((u for u in units if any(_slow_seconds(item) for item in u)),
+                  key=lambda u: -sum(_slow_seconds(item) for item in u))
+    rest = [u for u in units if not any(_slow_seconds(item) for item in u)]
+    loads = [0.0] * n
+    mine: set[int] = set()
+    for unit in slow:
+        lightest = loads.index(min(loads))
+        loads[lightest] += sum(_slow_seconds(item) for item in unit)
+        if lightest == k - 1:
+            mine.update(id(item) for item in unit)
+    mine.update(id(item) for i, unit in enumerate(rest) if i % n == k - 1 for item in unit)
     config.hook.pytest_deselected(items=[item for item in items if id(item) not in mine])
     items[:] = [item for item in items if id(item) in mine]
+
+
+def _slow_seconds(item: pytest.Item) -> float:
+    """0 for a test not marked slow; else its rough seconds (``slow(seconds=N)``, 10 unsaid)."""
+    marker = item.get_closest_marker("slow")
+    return 0.0 if marker is None else float(marker.kwargs.get("seconds", 10))
 
 
 @dataclass(frozen=True)

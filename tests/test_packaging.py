@@ -26,7 +26,7 @@ for path in ["/docs", "/redoc", *("/docs/assets/" + name for name in ASSETS)]:
 """
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=45)
 def test_wheel_installs_and_runs_in_a_fresh_venv(tmp_path: Path) -> None:
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir",

@@ -135,7 +135,9 @@ def fleet(tmp_path: Path) -> Iterator[Fleet]:
     f.url = f"http://127.0.0.1:{port}"
     f.server = Proc([str(BIN / "stortune-server"), "--db", f"sqlite:///{tmp_path}/cp.db",
                      "--state-dir", str(f.state), "--listen", f"127.0.0.1:{port}",
-                     "--reconcile-interval", INTERVAL],
+                     "--reconcile-interval", INTERVAL,
+                     # A killed agent is noticed within its lease (kept meanwhile by its watch).
+                     "--lease-duration", "8", "--heartbeat-interval", "2"],
                     tmp_path / "server.log")
     f.server.start()
     try:
@@ -155,7 +157,8 @@ def agent_proc(f: Fleet, name: str, roots: list[str], label: str) -> Proc:
     return Proc([str(BIN / "stortune-agent"), "serve", "--server", f.url, "--listen",
                  f"127.0.0.1:{port}", "--name", name, "--label", label,
                  "--token-file", str(f.state / "agent-bootstrap.token"),
-                 "--state-dir", str(f.tmp / f"{name}-state"), "--rescan-interval", "2", *roots],
+                 "--state-dir", str(f.tmp / f"{name}-state"), "--rescan-interval", "2",
+                 "--observe-interval", "2", *roots],  # a drift reported within 2 s
                 f.tmp / f"{name}.log")
 
 

@@ -31,7 +31,7 @@ def _array(members: int, slow: str) -> list[DeviceStats]:
             for i in range(members)]
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=13)
 def test_a_slow_member_among_100000_is_named_by_slow_members_and_saturation() -> None:
     # One median per member over its peers' list was quadratic: 4,000 members took 2 s,
     # 100,000 of them minutes (the sampler reports what it is given, the agent may send it).

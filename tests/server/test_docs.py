@@ -119,7 +119,7 @@ def served(app: FastAPI) -> Iterator[ControlPlane]:
     yield from serve(app)
 
 
-@pytest.mark.slow
+@pytest.mark.slow(seconds=7)
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (./dev installs it)")
 @pytest.mark.parametrize("page", PAGES)
 def test_chromium_renders_every_operation_with_the_network_closed(

@@ -83,7 +83,8 @@ class Plane:
 
 @pytest.fixture
 def plane(make_app: AppFactory, clock: FakeClock) -> Iterator[Plane]:
-    app = make_app()
+    # A short lease: watching agents are renewed every third of it, which heartbeat_accepted waits for.
+    app = make_app(lease_duration_s=1.5, heartbeat_interval_s=0.5)
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     server = serving.Server(app, log_level="warning", lifespan="on")

@@ -25,7 +25,7 @@ from bench.hollow import host_name
 from tests.fixtures.sysfs_builder import PcieLink, Queue, SysfsBuilder
 from tests.ui.browser import DESKTOP, PHONE, Watched, artifacts, chromium, undocumented, watch  # noqa: F401
 
-pytestmark = [pytest.mark.slow, pytest.mark.together]
+pytestmark = [pytest.mark.slow(seconds=6), pytest.mark.together]
 
 HOSTS = 200
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -192,7 +192,7 @@ def test_a_viewer_sees_no_write_controls_on_any_page(browse: Any, plane: Plane) 
         ui = browse()
         ui.sign_in(plane.tokens[role])
         for fragment, ready in (("#/fleet", 'table.hosts[data-loaded="true"]'),
-                                (f"#/hosts/{host_name(3)}", "#settings table"),
+                                (f"#/hosts/{host_name(3)}", "#settings table.settings"),  # no placeholder
                                 ("#/profiles", "text=fleet-loops"),
                                 ("#/profiles/fleet-loops", "[data-testid=yaml]"),
                                 ("#/benchmarks", "text=No runs yet."),

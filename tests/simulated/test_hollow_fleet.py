@@ -21,7 +21,7 @@ from tests.server.conftest import new_pg_database
 
 HOSTS = 20
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=18)
 
 
 @pytest.fixture(params=["sqlite-1", "postgresql-2"])

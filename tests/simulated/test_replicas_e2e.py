@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from tests.e2e.test_control_plane_e2e import eventually, free_port
 from tests.server.conftest import new_pg_database
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.slow(seconds=26)
 BIN = Path(sys.executable).parent
 ROOT = Path(__file__).resolve().parents[2]
 HOSTS = 12
