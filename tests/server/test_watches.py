@@ -181,6 +181,25 @@ def _raw_watch(address: str, secret: str) -> socket.socket:
     return conn
 
 
+def _response(conn: socket.socket) -> tuple[str, bytes]:
+    """One whole HTTP response off a raw connection: its head, then its body by Content-Length
+    (the head and the body may arrive in separate segments)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, f"the connection closed before the response's head: {data!r}"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), None)
+    assert length is not None, head
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        assert chunk, f"the connection closed inside the body: {body!r}"
+        body += chunk
+    return head.decode(), body
+
+
 def _until(check: Any, what: str, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while not check():
@@ -203,10 +222,10 @@ def test_an_agent_going_away_ends_its_watch_and_a_shutdown_ends_the_rest(
     stays = _raw_watch(address, secret)
     _until(lambda: book.held() == ["h1"], "a new watch is held")
     book.drain()  # what serving.Server does first on SIGTERM
-    answer = stays.recv(65536).decode()
+    head, body = _response(stays)
     stays.close()
-    assert answer.startswith("HTTP/1.1 200"), answer
-    reconnect = json.loads(answer.split("\r\n\r\n", 1)[1])["reconnect_after_s"]
+    assert head.startswith("HTTP/1.1 200"), head
+    reconnect = json.loads(body)["reconnect_after_s"]
     assert 0 <= reconnect <= 10
 
 
