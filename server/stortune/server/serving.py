@@ -46,15 +46,18 @@ def raise_open_files_limit(wanted: int = WANTED_OPEN_FILES) -> int:
     """The soft limit on open files raised to ``wanted`` (the hard limit too, where this process
     may raise it: root), else to the hard limit; -> the limit now."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    for target in ((wanted, max(hard, wanted)) if hard != resource.RLIM_INFINITY else (wanted, hard),
-                   (min(wanted, hard), hard)):
-        if target[0] <= soft:
+    if hard == resource.RLIM_INFINITY:
+        tries = [(wanted, hard)]
+    else:  # raising the hard limit needs root; else as far as it goes
+        tries = [(wanted, max(hard, wanted)), (min(wanted, hard), hard)]
+    for new_soft, new_hard in tries:
+        if new_soft <= soft:
             break
         try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, target)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (new_soft, new_hard))
         except (ValueError, OSError):
             continue
-        return target[0]
+        return new_soft
     return soft
 
 

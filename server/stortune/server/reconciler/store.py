@@ -177,10 +177,14 @@ def profiles_and_hosts(sessions: Sessions, fleet: FleetState | None = None
             return listed, hosts.standings(session)
     fleet.refresh()
     records, names = fleet.snapshot()
-    return listed, [hosts.Standing(name, dict(r.labels), dict(r.applied),
-                                   None if (c := r.conditions.get(hosts.APPLIED)) is None
-                                   else {"status": c[0], "reason": c[1]})
-                    for name in names for r in (records[name],)]
+    standings = []
+    for name in names:
+        record = records[name]
+        applied = record.conditions.get(hosts.APPLIED)  # (status, reason)
+        standings.append(hosts.Standing(
+            name, dict(record.labels), dict(record.applied),
+            None if applied is None else {"status": applied[0], "reason": applied[1]}))
+    return listed, standings
 
 
 def write_profile_status(sessions: Sessions, name: str, status: dict[str, Any], now: datetime) -> None:
