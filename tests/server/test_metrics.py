@@ -318,3 +318,19 @@ def test_a_host_whose_latest_run_is_worse_than_its_baseline_is_a_regression(app:
     assert sample(samples, "stortune_benchmark_regressed", benchmark="stream", host="h2", baseline="ref") == 1
     assert (sample(samples, "stortune_benchmark_objectives_worse", benchmark="stream", host="h2",
                    baseline="ref") or 0) >= 1
+
+
+def test_hostile_regression_labels_are_escaped_and_each_verdict_is_one_series() -> None:
+    """The API validates these names, but the exposition must not depend on it: a quote, a
+    backslash, a newline and injected series text come back intact, as label values."""
+    from stortune.server.metrics.exposition import regression_lines
+    from stortune.server.services.regressions import Verdict
+
+    evil = 'x"} 1\nstortune_hosts{y="\\'
+    text = regression_lines([Verdict(evil, "h1", "ref", "r1", 2), Verdict("b", evil, evil, "r2", 0)])
+    samples = parse(text)
+    assert sample(samples, "stortune_benchmark_regressed", benchmark=evil, host="h1", baseline="ref") == 1
+    assert sample(samples, "stortune_benchmark_objectives_worse", benchmark=evil, host="h1",
+                  baseline="ref") == 2
+    assert sample(samples, "stortune_benchmark_regressed", benchmark="b", host=evil, baseline=evil) == 0
+    assert sample(samples, "stortune_hosts") is None
