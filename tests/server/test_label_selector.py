@@ -13,6 +13,9 @@ from stortune.server.errors import Invalid
 @pytest.mark.parametrize(("text", "labels", "expected"), [
     ("role=web", {"role": "web"}, True),
     ("role==web", {"role": "db"}, False),
+    ("role=web,zone=a", {"role": "web", "zone": "b"}, False),  # two labels, only one holds
+    ("role=web,zone=a", {"role": "db", "zone": "a"}, False),
+    ("role=web,zone=a", {"role": "web", "zone": "a"}, True),
     ("role!=web", {}, True),
     ("role in (web, db),zone", {"role": "db", "zone": "a"}, True),
     ("role notin (web,db)", {"role": "db"}, False),
