@@ -61,6 +61,11 @@ class Tunable:
     #: keeps what the write really changed, and puts them back together with it.
     #: Each comes later in ``order``, so a plan writes it after its cause.
     resets: tuple[str, ...] = ()
+    #: tunables of the same device this one means nothing without (a scheduler's own
+    #: parameters need that scheduler): when one of them cannot be set there, neither is
+    #: this one. Each comes earlier in ``order``. A coupling through ``resets`` is no
+    #: dependency: nr_requests can be set whatever the scheduler switch did.
+    depends_on: tuple[str, ...] = ()
     notes: str = ""
 
     # -- value syntax -----------------------------------------------------
@@ -220,6 +225,11 @@ def _declare(*tunables: Tunable) -> Mapping[str, Tunable]:
         if t.name in table:
             raise RuntimeError(f"tunable {t.name} declared twice")
         table[t.name] = t
+    for t in tunables:
+        for name in t.depends_on:
+            if name not in table or table[name].order >= t.order:
+                raise RuntimeError(f"tunable {t.name} depends on {name}, which must be declared"
+                                   " and come earlier in order")
     return table
 
 
@@ -475,6 +485,11 @@ def kernel_for_kind(kind: DeviceKind) -> list[Tunable]:
 def reset_by(name: str) -> tuple[str, ...]:
     """The tunables whose write may reset ``name`` (the reverse of ``resets``)."""
     return _RESET_BY.get(name, ())
+
+
+def depends_on(name: str) -> tuple[str, ...]:
+    """The tunables of the same device ``name`` cannot be set without (``Tunable.depends_on``)."""
+    return CATALOG[name].depends_on
 
 
 @dataclass(frozen=True)

@@ -61,7 +61,9 @@ class Rejection(_Model):
     tunable: str
     value: Value
     reason: str
-    fatal: bool = Field(description="True blocks the apply; False is a setting skipped here")
+    fatal: bool = Field(description="True: an error, the setting (and those depending on it) cannot"
+                                    " be set here and the others are applied; False: does not apply"
+                                    " here, skipped")
     source: Source
 
 
@@ -113,6 +115,7 @@ class Plan(_Model):
 
     @property
     def fatal(self) -> list[Rejection]:
+        """The errors: settings that cannot be set (each blocks itself and its dependants only)."""
         return [r for r in self.rejections if r.fatal]
 
     @property

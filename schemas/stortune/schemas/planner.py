@@ -12,6 +12,12 @@ docs/precedence.md):
 The winner is final: if its value cannot be set on the device, that is a
 rejection; a losing rule's value is never used as a fallback.
 
+A rejection blocks only its own setting and the settings of the same device
+that depend on it (``catalog.depends_on``): every other setting is planned as
+usual, so one value a device refuses never stops a host's other settings from
+being applied and kept. A fatal rejection is an error to report (the CLI exits
+1 on it); a non-fatal one is a setting that does not apply here, skipped.
+
 Restorations: a tunable stortune changed (its observed state carries the
 journal's ``original``) that no profile wants any more goes back to its
 original. A value that changed only as a side effect of another write (the
@@ -152,6 +158,16 @@ def _ram_cost(topology: Topology, dev: Device, tunable: str, value: Value,
     return cost.describe(), cost.refusal(ram_share)
 
 
+def _blocked(name: str, errors: Mapping[str, str]) -> catalog.Rejection | None:
+    """An error when a tunable ``name`` depends on cannot be set on the device (planned earlier:
+    dependencies come first in catalog order)."""
+    for dep in catalog.depends_on(name):
+        if dep in errors:
+            return catalog.Rejection(f"{name} is blocked: it depends on {dep}, which cannot be set on"
+                                     f" this device ({errors[dep]}); fix {dep} first")
+    return None
+
+
 def plan(
     profiles: Sequence[StorageProfile],
     topology: Topology,
@@ -175,17 +191,21 @@ def plan(
         result.explanations.append(
             DeviceExplanation(device=dev.name, device_id=dev.id, kind=dev.kind, rules=verdicts)
         )
+        errors: dict[str, str] = {}  # tunable -> why it cannot be set on this device
         for name in sorted(by_tunable, key=lambda n: order[n]):
             ranked = sorted(by_tunable[name], key=lambda c: c.rank)
             win = ranked[0]
             tunable = catalog.get(name)
             state = seen.get(dev.name, {}).get(name)
-            rejected = check_on_device(tunable, win.value, device_facts(dev, state, tunable))
+            rejected = _blocked(name, errors) or check_on_device(
+                tunable, win.value, device_facts(dev, state, tunable))
             note, too_costly = _ram_cost(topology, dev, name, win.value, stripe_cache_ram_share)
             too_costly = too_costly or controllertunables.refusal(dev, name, win.value)
             if rejected is None and too_costly is not None:
                 rejected = catalog.Rejection(too_costly, fatal=True)
             if rejected is not None:
+                if rejected.fatal:
+                    errors[name] = rejected.reason
                 result.rejections.append(
                     Rejection(
                         device=dev.name, device_id=dev.id, tunable=name, value=win.value,
@@ -244,8 +264,9 @@ def releases(result: Plan, topology: Topology, observed: Observed | None = None)
 
 
 def _releases(result: Plan, topology: Topology, seen: Observed) -> list[Restoration]:
-    # Rejected winners are wanted too: a fatal one blocks the apply anyway, and a
-    # setting skipped on this device (not applicable, absent) is no reason to undo it.
+    # Rejected winners are wanted too: a profile still claims a setting it cannot make (it
+    # stays as it is, reported as an error, not put back under the profile), and a setting
+    # skipped on this device (not applicable, absent) is no reason to undo it.
     wanted = {(d.device, d.tunable) for d in result.desired}
     wanted |= {(r.device, r.tunable) for r in result.rejections}
     out: list[Restoration] = []
