@@ -119,4 +119,6 @@ def test_beneath_an_md_array_are_its_partitions_and_their_disks() -> None:
     md0 = topo.device("md0")
     assert md0 is not None
     overlay = overlay_profile("md-stream", {"scheduler@beneath": "none"}, md0, below)
-    assert [(r.name, r.match.name) for r in overlay.spec.rules] == [("beneath-disk", ["sdb", "sdc", "sdd"])]
+    # By stable id, never by kernel name (issue 26: names move between devices).
+    assert [(r.name, r.match.id, r.match.name) for r in overlay.spec.rules] == [
+        ("beneath-disk", ["serial:Zb", "serial:Zc", "serial:Zd"], None)]

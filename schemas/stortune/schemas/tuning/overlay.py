@@ -1,8 +1,10 @@
 """How a trial's values reach the device: a profile laid over the host's desired profiles.
 
 ``overlay_profile`` makes a StorageProfile named ``tune-<experiment>`` with the highest
-priority there is, whose rules match the target (and the devices beneath it) by kernel
-name. Applied together with the host's desired profiles it makes the trial values win
+priority there is, whose rules match the target (and the devices beneath it) by stable id,
+never by kernel name: loop devices re-attached in another order, or disks renumbered at a
+reboot, swap their names, and trial values must not follow a name onto another device.
+Applied together with the host's desired profiles it makes the trial values win
 through the one transactional, journaled apply every profile goes through; applying the
 desired profiles alone afterwards puts everything back (the planner restores originals).
 """
@@ -17,6 +19,7 @@ from stortune.schemas import catalog
 from stortune.schemas.bench.target import beneath
 from stortune.schemas.catalog import Value
 from stortune.schemas.documents import DocumentError, parse_profile
+from stortune.schemas.patterns import MAX_PATTERN_LENGTH, glob_matches
 from stortune.schemas.profile import StorageProfile, is_name
 from stortune.schemas.topology import Device, Topology
 from stortune.schemas.tuning.experiment import BENEATH
@@ -43,6 +46,49 @@ def glob_literal(text: str) -> str:
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
 
+def id_glob(device_id: str) -> str:
+    """A glob matching exactly ``device_id``; an id too long for one glob (a loop device's deep
+    backing path) is matched by its end, the part that tells such ids apart."""
+    literal = glob_literal(device_id)
+    if len(literal) <= MAX_PATTERN_LENGTH:
+        return literal
+    tail: list[str] = []
+    room = MAX_PATTERN_LENGTH - 1  # the leading '*'
+    for char in reversed(device_id):
+        piece = glob_literal(char)
+        if len(piece) > room:
+            break
+        tail.append(piece)
+        room -= len(piece)
+    return "*" + "".join(reversed(tail))
+
+
+def shared_ids(topology: Topology, devices: Sequence[Device]) -> list[str]:
+    """Why the overlay's id match would reach further than ``devices``: each id of theirs that
+    another device of the host matches too (two loop devices over one file). Empty when safe."""
+    ours = {d.name for d in devices}
+    globs = {d.name: id_glob(d.id) for d in devices}
+    return [f"{other.name} has the id of {name} ({other.id})"
+            for name, glob in globs.items() for other in topology.devices
+            if other.name not in ours and glob_matches(glob, other.id)]
+
+
+def other_device(device: Device, read_id: str | None) -> str | None:
+    """None when fio read ``device`` (the run's target has its stable id), else what it read:
+    a trial tunes one device, by id, and must measure that one."""
+    if read_id == device.id:
+        return None
+    return (f"the trial tuned {device.name} ({device.id}) but fio read "
+            f"{read_id or 'a device of unknown id'}: the device names moved")
+
+
+def is_overlay(profile: StorageProfile) -> bool:
+    """Whether ``profile`` is an experiment's trial overlay (not its recommended profile)."""
+    experiment = profile.metadata.annotations.get(EXPERIMENT_ANNOTATION)
+    return (experiment is not None and profile.spec.priority == OVERLAY_PRIORITY
+            and profile.name == profile_name(experiment))
+
+
 def devices_beneath(topology: Topology, name: str) -> list[Device]:
     """Every device under ``name`` (md members, the disks holding them, multipath paths, PVs):
     what ``at: beneath`` parameters are set on, each on the devices of a kind that takes it."""
@@ -61,16 +107,15 @@ def _rules(point: Mapping[str, Value], target: Device, beneath: Sequence[Device]
     on_target, on_beneath = split_point(point)
     rules: list[dict[str, Any]] = []
     if on_target:
-        rules.append({"name": "target", "match": {"kind": [target.kind.value],
-                                                   "name": [glob_literal(target.name)]},
+        rules.append({"name": "target", "match": {"kind": [target.kind.value], "id": [id_glob(target.id)]},
                       "settings": on_target})
     if on_beneath:
         # Each device beneath takes the settings that apply to its kind (a partition has no scheduler).
         for kind in sorted({d.kind for d in beneath}, key=lambda k: k.value):
             settings = {k: v for k, v in on_beneath.items() if kind in catalog.get(k).applies_to}
-            names = [glob_literal(d.name) for d in beneath if d.kind is kind]
+            ids = list(dict.fromkeys(id_glob(d.id) for d in beneath if d.kind is kind))
             if settings:
-                rules.append({"name": f"beneath-{kind.value}", "match": {"kind": [kind.value], "name": names},
+                rules.append({"name": f"beneath-{kind.value}", "match": {"kind": [kind.value], "id": ids},
                               "settings": settings})
         if len(rules) == (1 if on_target else 0):
             raise ValueError(f"none of the devices beneath {target.name} takes"
