@@ -133,6 +133,37 @@ def test_sysfs_lines_outside_the_catalog_are_skipped(key: str) -> None:
     assert f"{key} = 1" in reasons(result)
 
 
+def _nested_variables(levels: int, uses: int) -> str:
+    """[variables] where each level uses the one below ``uses`` times: uses**levels characters."""
+    lines = ["[variables]", "v0=4096"]
+    lines += [f"v{i}={f'${{v{i - 1}}}' * uses}" for i in range(1, levels + 1)]
+    return "\n".join(lines) + f"\n[disk]\nreadahead=${{v{levels}}}\n"
+
+
+def test_hostile_exponential_variables_are_refused_naming_the_variable() -> None:
+    # Issue 26: a 2 KiB tuned.conf (seven levels, each used 60 times) ran past 90 s of CPU.
+    text = _nested_variables(7, 60)
+    assert len(text) < 2600
+    result = run(text)
+    assert result.rules == []
+    assert reasons(result)["readahead = ${v7}"] == (
+        f"${{v6}} expands the value to 18000 characters, more than {tuned.MAX_EXPANDED_CHARS}:"
+        " define the value without repeating variables")
+
+
+@pytest.mark.parametrize(("extra", "expanded"), [(0, True), (1, False)])
+def test_hostile_expansion_at_the_bound_passes_and_one_past_is_refused(extra: int, expanded: bool) -> None:
+    size = tuned.MAX_EXPANDED_CHARS + extra
+    result = run(f"[variables]\nhalf={'x' * (size // 2)}\nall=${{half}}${{half}}{'x' * (size % 2)}\n"
+                 "[disk]\nreadahead=${all}\n")
+    why = reasons(result)["readahead = ${all}"]
+    if expanded:  # substituted whole: what is refused is the value itself, not its size
+        assert why.startswith("readahead is not '[>]N'"), why
+    else:
+        assert why.startswith(f"${{half}} expands the value to {size} characters, more than "
+                              f"{tuned.MAX_EXPANDED_CHARS}"), why
+
+
 def test_variables_resolve_without_evaluating_anything() -> None:
     result = run("[variables]\nra=2048\nboth=${ra}\nloop=${loop}\nhost=${f:exec:/bin/false}\n"
                  "include=/etc/tuned/x-variables.conf\n"

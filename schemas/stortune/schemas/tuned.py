@@ -30,6 +30,9 @@ MAX_FILES: Final = 16
 MAX_INCLUDE_DEPTH: Final = 8
 #: Substitution passes for ``${var}`` referring to other variables.
 MAX_VARIABLE_PASSES: Final = 8
+#: Characters a value may grow to by substitution: passes alone do not bound it (seven levels of
+#: a variable used 60 times is 60**7 characters from a 2 KiB file).
+MAX_EXPANDED_CHARS: Final = 16 * 1024
 #: Where TuneD looks for profiles by name, highest priority first (TuneD 2.x and >= 2.23).
 TUNED_DIRS: Final = ("/etc/tuned/profiles", "/etc/tuned", "/usr/lib/tuned/profiles", "/usr/lib/tuned")
 
@@ -264,7 +267,7 @@ class _Converter:
         """The value with ``${var}`` substituted, or None (reported) when it cannot be."""
         value = line.value
         for _ in range(MAX_VARIABLE_PASSES):
-            refs = _VARIABLE.findall(value)
+            refs = dict.fromkeys(_VARIABLE.findall(value))
             if not refs:
                 return value
             for ref in refs:
@@ -274,7 +277,14 @@ class _Converter:
                 if ref not in self.variables:
                     self.skip(line, f"${{{ref}}} is not defined in [variables]")
                     return None
-                value = value.replace(f"${{{ref}}}", self.variables[ref])
+                # The size is known before the string is built, so a hostile one never is.
+                token, replacement = f"${{{ref}}}", self.variables[ref]
+                size = len(value) + value.count(token) * (len(replacement) - len(token))
+                if size > MAX_EXPANDED_CHARS:
+                    self.skip(line, f"${{{ref}}} expands the value to {size} characters, more than "
+                                    f"{MAX_EXPANDED_CHARS}: define the value without repeating variables")
+                    return None
+                value = value.replace(token, replacement)
         self.skip(line, f"variables nest deeper than {MAX_VARIABLE_PASSES}")
         return None
 
