@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -64,6 +65,9 @@ SECTOR = 512
 _SYSTEM_TREES = ("/dev", "/proc", "/sys")
 #: Linux's PATH_MAX (without the NUL) and NAME_MAX, in bytes.
 _PATH_MAX, _NAME_MAX = 4095, 255
+#: The longest runtime (and ramp time) of one step, in seconds: a day. A step runs this long on
+#: every repeat and, in an experiment, on every trial; longer is a typo, not a measurement.
+RUNTIME_MAX = 86400.0
 
 Size = Annotated[
     int,
@@ -77,6 +81,17 @@ Duration = Annotated[
     WithJsonSchema({"anyOf": [{"type": "number", "minimum": 0}, {"type": "string", "pattern": _TIME_TEXT}],
                     "description": "Seconds, or with a unit: 500ms, 30s, 2m, 1h"}),
 ]
+
+
+def _within_a_day(seconds: float) -> float:
+    if seconds > RUNTIME_MAX:
+        raise ValueError(f"{seconds:.10g}s is longer than a day ({RUNTIME_MAX:g}s), the most one step may"
+                         " run: give a shorter time (30s, 10m, 2h)")
+    return seconds
+
+
+#: A step's runtime or ramp time: a Duration of at most RUNTIME_MAX.
+StepTime = Annotated[Duration, AfterValidator(_within_a_day)]
 _Threshold = Annotated[
     float | None,
     WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}],
@@ -178,8 +193,9 @@ class Workload(_Doc):
     direct: StrictBool = Field(default=True, description="O_DIRECT; false for buffered I/O")
     ioengine: IoEngine | None = Field(default=None, description="Default libaio, psync when buffered")
     size: Size | None = Field(default=None, gt=0, description="Bytes per job; default the whole target")
-    runtime: Duration | None = Field(default=None, gt=0, description="Run this long (time based)")
-    rampTime: Duration = Field(default=0.0, ge=0)
+    runtime: StepTime | None = Field(default=None, gt=0,
+                                     description="Run this long (time based; at most a day)")
+    rampTime: StepTime = Field(default=0.0, ge=0)
     repeats: StrictInt | None = Field(default=None, ge=1, le=100)
     perJob: StrictBool = Field(default=False, description=_PER_JOB)
 
@@ -232,8 +248,8 @@ class PresetRef(_Doc):
     name: str | None = Field(default=None, description="Step-name prefix (default: the preset's name)",
                              json_schema_extra={"pattern": _NAME_PATTERN})
     size: Size | None = Field(default=None, gt=0, description="Bytes per job")
-    runtime: Duration | None = Field(default=None, gt=0)
-    rampTime: Duration | None = Field(default=None, ge=0)
+    runtime: StepTime | None = Field(default=None, gt=0)
+    rampTime: StepTime | None = Field(default=None, ge=0)
     direct: StrictBool | None = None
     repeats: StrictInt | None = Field(default=None, ge=1, le=100)
     perJob: StrictBool = Field(default=False, description=_PER_JOB)

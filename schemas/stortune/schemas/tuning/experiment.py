@@ -35,7 +35,7 @@ from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
 from stortune.schemas import catalog, sizes
 from stortune.schemas.bench import metrics
 from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, Target, Threshold, WorkloadItem
-from stortune.schemas.bench.steps import TargetFacts
+from stortune.schemas.bench.steps import TargetFacts, WorkloadStep
 from stortune.schemas.catalog import TunableValueError, Value
 from stortune.schemas.documents import (
     DocumentError,
@@ -48,7 +48,7 @@ from stortune.schemas.documents import (
 )
 from stortune.schemas.patterns import glob_matches
 from stortune.schemas.planner import device_facts
-from stortune.schemas.profile import Glob, LabelSelector, Match, Metadata
+from stortune.schemas.profile import NAME_PATTERN, Glob, LabelSelector, Match, Metadata, is_name
 from stortune.schemas.topology import Device
 
 KIND = "TuningExperiment"
@@ -65,6 +65,9 @@ MAX_DOCUMENT_BYTES = 1 << 20
 RANGE_MAX = 2**40
 #: The longest wall-time budget (seconds): a month.
 DURATION_MAX = 31 * 86400
+#: The wall-time budget when the document gives none (seconds): the hosts are the experiment's
+#: until it ends, so a forgotten one gives them back the same day.
+DURATION_DEFAULT = 6 * 3600
 #: Parameter key of a tunable set on the devices beneath the target.
 BENEATH = "@beneath"
 
@@ -275,8 +278,49 @@ class Repeats(_Doc):
 class Budget(_Doc):
     trials: StrictInt = Field(default=100, ge=2, le=10_000,
                               description="Benchmark runs in all, failed ones and both baselines included")
-    duration: Duration | None = Field(default=None, gt=0, le=DURATION_MAX,
-                                      description="Wall time for the search (at most 31 days)")
+    duration: Duration = Field(default=DURATION_DEFAULT, gt=0, le=DURATION_MAX, description=(
+        "Wall time from taking a host to giving it back (default 6h, at most 31 days): the search"
+        " stops in time for the closing runs, and a trial still running at the end is stopped"))
+
+
+class ResultProfile(_Doc):
+    """Where ``applyResult`` stores the recommended StorageProfile: never over a profile by
+    accident, only over the version named here."""
+
+    name: str | None = Field(default=None, description="The profile's name (default: the experiment's);"
+                             " a profile of that name must not exist, unless replace is true",
+                             json_schema_extra={"pattern": NAME_PATTERN, "maxLength": 253})
+    replace: StrictBool = Field(default=False, description=(
+        "Replace the existing profile of that name; needs its resourceVersion"))
+    resourceVersion: str | None = Field(default=None, description=(
+        "The resourceVersion of the profile replaced (stortune get profile NAME -o yaml): a profile"
+        " changed since is not overwritten"), json_schema_extra={"pattern": r"^[0-9]{1,18}$"})
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str | None) -> str | None:
+        if v is not None and not is_name(v):
+            raise ValueError(f"{v[:80]!r} is not a valid name: lower-case letters, digits, '-' and '.',"
+                             " starting and ending alphanumeric, at most 253 characters")
+        return v
+
+    @field_validator("resourceVersion")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        if v is not None and not (v.isascii() and v.isdigit() and len(v) <= 18):
+            raise ValueError(f"{v[:40]!r} is not a resourceVersion: the digits the server gave"
+                             " the profile (metadata.resourceVersion)")
+        return v
+
+    @model_validator(mode="after")
+    def _paired(self) -> ResultProfile:
+        if self.replace and self.resourceVersion is None:
+            raise ValueError("@resourceVersion is required with replace: true: the version of the profile"
+                             " you mean to replace, so that a profile changed since is not overwritten")
+        if self.resourceVersion is not None and not self.replace:
+            raise ValueError("@replace a resourceVersion is given, but replace is not true: set"
+                             " replace: true to replace that profile, or name another profile")
+        return self
 
 
 class ExperimentTarget(_Doc):
@@ -296,6 +340,8 @@ class TuningSpec(_Doc):
     repeats: Repeats = Field(default_factory=Repeats)
     budget: Budget = Field(default_factory=Budget)
     applyResult: StrictBool = Field(default=False, description="Leave the winner applied at the end")
+    result: ResultProfile | None = Field(default=None, description=(
+        "The name of the recommended profile, and whether applyResult may replace a profile of that name"))
     seed: StrictInt = Field(default=0, ge=0, le=2**31 - 1, description="Seed of the bayesian search")
 
     @model_validator(mode="after")
@@ -312,7 +358,7 @@ class TuningSpec(_Doc):
                     f"@parameters[{i}].tunable {p.tunable} applies to"
                     f" {sorted(k.value for k in kinds)}, none of target.device.kind"
                     f" {[k.value for k in self.target.device.kind]}")
-        least = 2 * self.baseline_runs + self.repeats.min + self.confirm_runs
+        least = self.least_trials
         if self.budget.trials < least:
             raise ValueError(f"@budget.trials {self.budget.trials} leaves no room for a search: the baseline"
                              f" at both ends ({self.baseline_runs} runs each, repeats.baseline), one point"
@@ -324,7 +370,15 @@ class TuningSpec(_Doc):
             counts = " x ".join(str(len(p.choices())) for p in self.parameters)
             raise ValueError(f"@parameters the grid holds {counts} = {size} points; at most {limit}:"
                              " fewer values or parameters")
+        if self.result is not None and self.result.replace and not self.applyResult:
+            raise ValueError("@result.replace replaces a profile only with applyResult: true")
         steps = self.bench_body(writes=True).steps(TargetFacts())
+        trial_s = trial_seconds(steps)
+        if trial_s * least > self.budget.duration:
+            raise ValueError(
+                f"@budget.duration {_hours(self.budget.duration)} cannot hold the {least} trials the least"
+                f" search takes: one trial runs the workloads' runtime and rampTime, {_hours(trial_s)};"
+                " shorten the workloads' runtime or give a longer budget.duration")
         names = [s.name for s in steps]
         writing = [s.name for s in steps if s.writes]
         if writing:
@@ -357,6 +411,20 @@ class TuningSpec(_Doc):
                                  allowDestructive=writes)
 
     @property
+    def least_trials(self) -> int:
+        """Trials of the shortest complete run: both baselines, one point, its confirmation."""
+        return 2 * self.baseline_runs + self.repeats.min + self.confirm_runs
+
+    def trial_seconds(self) -> float:
+        """About how long one trial's benchmark runs (its steps' ramp and runtime)."""
+        return trial_seconds(self.bench_body().steps(TargetFacts()))
+
+    @property
+    def result_name(self) -> str | None:
+        """The recommended profile's name when the document gives one."""
+        return None if self.result is None else self.result.name
+
+    @property
     def baseline_runs(self) -> int:
         """Runs of the baseline at each end."""
         return self.repeats.baseline
@@ -373,6 +441,18 @@ class TuningSpec(_Doc):
     @property
     def keys(self) -> list[str]:
         return [p.key for p in self.parameters]
+
+
+def trial_seconds(steps: Sequence[WorkloadStep]) -> float:
+    """Seconds the steps run, ramp included; a step bounded only by its size counts nothing (the
+    deadline still bounds it)."""
+    return sum((s.ramp_time + (s.runtime or 0.0)) * s.repeats for s in steps)
+
+
+def _hours(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.4g}h"
+    return f"{seconds / 60:.4g}m" if seconds >= 60 else f"{seconds:.4g}s"
 
 
 def grid_size(parameters: Sequence[Parameter]) -> int:
@@ -396,6 +476,11 @@ class TuningExperiment(_Doc):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+    @property
+    def result_name(self) -> str:
+        """The name of the recommended StorageProfile: spec.result.name, or the experiment's."""
+        return self.spec.result_name or self.metadata.name
 
     def document(self) -> dict[str, Any]:
         """Canonical JSON form; parses back to an equal experiment."""

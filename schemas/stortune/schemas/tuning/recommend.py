@@ -122,7 +122,7 @@ def recommended_profile(exp: TuningExperiment, outcome: Outcome, target: Device,
                              f" {', '.join(sorted(on_beneath))}")
     document: dict[str, Any] = {
         "apiVersion": "stortune/v1", "kind": "StorageProfile",
-        "metadata": {"name": exp.name, "annotations": profile_annotations(exp, outcome)},
+        "metadata": {"name": exp.result_name, "annotations": profile_annotations(exp, outcome)},
         "spec": {"rules": rules},
     }
     if exp.spec.hostSelector is not None:
