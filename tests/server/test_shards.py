@@ -139,6 +139,44 @@ def test_a_server_that_lost_the_shard_cannot_write_under_its_old_lease(engine: E
     asyncio.run(scenario())
 
 
+def test_hostile_the_same_server_claiming_its_lost_shards_again_cannot_write_under_the_old_lease(
+        engine: Engine) -> None:
+    """Hostile: the server itself lost its leases (a long pause: no renewal for lease_s) and claimed
+    them back one generation later; work begun before the pause is still running. The owner is the
+    same, so only the generation tells the old lease from the new one: fencing on the owner alone
+    passed the whole suite, which only tested a takeover by another server."""
+    sessions = make_sessions(engine)
+
+    async def scenario() -> None:
+        a = keeper(engine, "a")
+        a.install(sessions)
+        await a.start()
+        host = host_in(a.owned())
+        stale = a.fence(host)
+        assert stale is not None
+
+        def write() -> None:
+            with sessions() as session:
+                session.execute(text("SELECT 1"))
+                session.commit()
+
+        with fenced(stale):
+            await asyncio.to_thread(write)
+        await asyncio.sleep(LEASE_S + 0.2)  # paused past the lease: lost, and nobody else took it
+        assert a.fence(host) is None and not a.holds(stale)
+        await a.tick()  # back: the same server claims them again
+        fresh = a.fence(host)
+        assert fresh is not None
+        assert (fresh.owner, fresh.generation) == (stale.owner, stale.generation + 1)
+        assert a.holds(fresh) and not a.holds(stale)
+        with fenced(stale), pytest.raises(LeaseLost, match=f"under generation {stale.generation}$"):
+            await asyncio.to_thread(write)
+        with fenced(fresh):
+            await asyncio.to_thread(write)
+        await a.stop()
+    asyncio.run(scenario())
+
+
 def test_servers_starting_together_claim_different_shards(engine: Engine) -> None:
     async def scenario() -> None:
         keepers = [keeper(engine, f"r{i}") for i in range(3)]
