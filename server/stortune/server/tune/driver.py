@@ -20,7 +20,9 @@ Driving one host of one experiment:
    unique per (experiment, host, index): a restarted server finds the row and follows the
    run the benchmark queue re-attached to, so nothing runs twice and nothing is lost; when
    the run ends, measure it, check the trial's values were really in effect, and record the
-   measurement with the host's evidence in one transaction.
+   measurement with the host's evidence in one transaction. The overlay names the device by
+   stable id, and a run whose target has another id (fio read another device than the one
+   tuned) stops the experiment: one evidence set never mixes two devices.
 3. **End** (done, budget, cancel, failure): Apply the host's desired profiles without the
    overlay (with the recommended profile when ``applyResult``), retried until it succeeds;
    then release the host: the reconciler enforces its desired state again.
@@ -42,7 +44,7 @@ from stortune.schemas.bench.results import TERMINAL_STATES, BenchmarkResult
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device
 from stortune.schemas.tuning.experiment import TuningExperiment, check_against_device, parse_experiment
-from stortune.schemas.tuning.overlay import overlay_conflicts, overlay_profile
+from stortune.schemas.tuning.overlay import other_device, overlay_conflicts, overlay_profile, shared_ids
 from stortune.schemas.tuning.space import Measurement, TrialRequest, benchmark_for, failed, measure
 from stortune.server.agentclient import (
     AgentBusy,
@@ -264,6 +266,9 @@ class ExperimentDriver:
             if device is None:
                 raise HostFailed(f"spec.target.device {why}")
             beneath = beneath_of(topology, device)
+            shared = shared_ids(topology, [device, *beneath])
+            if shared:  # the overlay names devices by id: one id must be one device
+                raise HostFailed("the trial's values would reach other devices too: " + "; ".join(shared))
             problems = check_against_device(exp, device, beneath)
             if problems:
                 raise HostFailed("; ".join(f"{p.path}: {p.message}" for p in problems))
@@ -353,6 +358,10 @@ class ExperimentDriver:
             result, message = await self._wait_run(run_id)
             if result is None:
                 measured = failed(request, message, active.host, run_id)
+            elif moved := other_device(held.device, result.context and result.context.target.device_id):
+                # One evidence set must not mix two devices: the experiment stops, the host goes back.
+                await self._record(held, engine, failed(request, moved, active.host, run_id))
+                raise HostFailed(moved)
             else:
                 measured = measure(result, held.exp, request, active.host)
                 wrong = results.values_not_in_effect(result, request.point, held.device, held.beneath)

@@ -17,8 +17,7 @@ from stortune.schemas.topology import Device
 from stortune.schemas.tuning.evidence import Outcome
 from stortune.schemas.tuning.experiment import TuningExperiment, baseline_point
 from stortune.schemas.tuning.recommend import recommended_profile
-from stortune.server.errors import NotFound
-from stortune.server.services import profiles
+from stortune.server.services import experiment_results
 
 #: Marks the profiles an experiment stored (applyResult), as `stortune apply` marks its own.
 MANAGED_BY = "stortune.dev/managed-by"
@@ -59,7 +58,8 @@ def values_not_in_effect(result: BenchmarkResult, point: Mapping[str, Value], de
     wrong = []
     for key, want in point.items():
         tunable, _, where = key.partition("@")
-        names = [device.name] if not where else [d.name for d in beneath]
+        # The target under its name at the run (the overlay followed its id, not its old name).
+        names = [context.target.device or device.name] if not where else [d.name for d in beneath]
         for name in names:
             seen = context.settings.get(name, {}).get(tunable)
             if seen is not None and str(seen) != str(want):
@@ -88,9 +88,10 @@ def ending_message(state: str, why: str) -> str:
 
 
 def keep_recommendation(sessions: sessionmaker[Session], exp: TuningExperiment, outcome: Mapping[str, Any],
-                        *, device: Device, beneath: Sequence[Device], now: datetime) -> str | None:
-    """Store the recommended profile (create, or replace the one an earlier run stored); its name,
-    or None when there is nothing to keep."""
+                        *, experiment_id: str, device: Device, beneath: Sequence[Device], now: datetime
+                        ) -> experiment_results.Stored | None:
+    """Store the recommended profile as the experiment's creator (experiment_results.store: never
+    over a profile the document does not name knowingly); None when there is nothing to keep."""
     if outcome.get("holdsEverywhere") is False:
         return None
     core = Outcome.model_validate({k: v for k, v in outcome.items() if k in Outcome.model_fields})
@@ -100,13 +101,7 @@ def keep_recommendation(sessions: sessionmaker[Session], exp: TuningExperiment, 
     profile = profile.model_copy(update={"metadata": profile.metadata.model_copy(update={
         "annotations": {**profile.metadata.annotations, MANAGED_BY: "stortune-experiment"}})})
     with sessions() as session:
-        try:
-            profiles.get(session, profile.name)
-        except NotFound:
-            profiles.create(session, profile, now)
-        else:
-            profiles.replace(session, profile.name, profile, now)
-    return profile.name
+        return experiment_results.store(session, exp, experiment_id, profile, now)
 
 
 def profile_of(exp: TuningExperiment, outcome: Mapping[str, Any] | None, host_rows: Sequence[Any]
