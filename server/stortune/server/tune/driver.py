@@ -65,6 +65,11 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+def _read_id(result: BenchmarkResult) -> str | None:
+    """The stable id of the device the run's fio read (None: the run does not say)."""
+    return result.context.target.device_id if result.context is not None else None
+
+
 class HostFailed(Exception):
     """The host cannot go on with the experiment (gone, unreachable too long, refused)."""
 
@@ -358,7 +363,7 @@ class ExperimentDriver:
             result, message = await self._wait_run(run_id)
             if result is None:
                 measured = failed(request, message, active.host, run_id)
-            elif moved := other_device(held.device, result.context and result.context.target.device_id):
+            elif moved := other_device(held.device, _read_id(result)):
                 # One evidence set must not mix two devices: the experiment stops, the host goes back.
                 await self._record(held, engine, failed(request, moved, active.host, run_id))
                 raise HostFailed(moved)

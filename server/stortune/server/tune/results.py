@@ -17,7 +17,8 @@ from stortune.schemas.topology import Device
 from stortune.schemas.tuning.evidence import Outcome
 from stortune.schemas.tuning.experiment import TuningExperiment, baseline_point
 from stortune.schemas.tuning.recommend import recommended_profile
-from stortune.server.services import experiment_results
+from stortune.server.errors import NotFound
+from stortune.server.services import profiles
 
 #: Marks the profiles an experiment stored (applyResult), as `stortune apply` marks its own.
 MANAGED_BY = "stortune.dev/managed-by"
@@ -88,10 +89,9 @@ def ending_message(state: str, why: str) -> str:
 
 
 def keep_recommendation(sessions: sessionmaker[Session], exp: TuningExperiment, outcome: Mapping[str, Any],
-                        *, experiment_id: str, device: Device, beneath: Sequence[Device], now: datetime
-                        ) -> experiment_results.Stored | None:
-    """Store the recommended profile as the experiment's creator (experiment_results.store: never
-    over a profile the document does not name knowingly); None when there is nothing to keep."""
+                        *, device: Device, beneath: Sequence[Device], now: datetime) -> str | None:
+    """Store the recommended profile (create, or replace the one an earlier run stored); its name,
+    or None when there is nothing to keep."""
     if outcome.get("holdsEverywhere") is False:
         return None
     core = Outcome.model_validate({k: v for k, v in outcome.items() if k in Outcome.model_fields})
@@ -101,7 +101,13 @@ def keep_recommendation(sessions: sessionmaker[Session], exp: TuningExperiment, 
     profile = profile.model_copy(update={"metadata": profile.metadata.model_copy(update={
         "annotations": {**profile.metadata.annotations, MANAGED_BY: "stortune-experiment"}})})
     with sessions() as session:
-        return experiment_results.store(session, exp, experiment_id, profile, now)
+        try:
+            profiles.get(session, profile.name)
+        except NotFound:
+            profiles.create(session, profile, now)
+        else:
+            profiles.replace(session, profile.name, profile, now)
+    return profile.name
 
 
 def profile_of(exp: TuningExperiment, outcome: Mapping[str, Any] | None, host_rows: Sequence[Any]
