@@ -119,3 +119,30 @@ def test_hostile_concurrent_calls_on_two_servers_get_the_burst_exactly(db_url: s
     finally:
         for engine in engines:
             engine.dispose()
+
+
+@pytest.mark.parametrize(("method", "path", "calls"), [
+    ("GET", f"{API}/hosts/h1/diagnostics", 6), ("GET", "/metrics", 30),
+    ("POST", f"{API}/benchmarks/runs", 30)])
+def test_hostile_a_role_without_the_permission_gets_403_never_429(
+        app: FastAPI, method: str, path: str, calls: int) -> None:
+    """The rate limit answered before the role check: a bootstrap token hammering a route it may
+    not call got 429 (and spent the route's bucket) instead of 403."""
+    with TestClient(app, headers=bearer(issue_token(app, "agent"))) as client:
+        answers = [client.request(method, path, json={}).status_code for _ in range(calls + 2)]
+    assert set(answers) == {403}
+
+
+def test_the_role_check_comes_before_the_limit_on_a_declared_route(app: FastAPI) -> None:
+    router = APIRouter(prefix=f"{API}/hosts")
+
+    @router.get("/{name}/limited-example", dependencies=[RateLimited("diagnostics", per_minute=2, burst=1)])
+    def limited(who: Annotated[Principal, Authorized(Permission.READ_AUDIT)]) -> dict[str, bool]:
+        return {"ok": True}
+
+    app.include_router(router)
+    url = f"{API}/hosts/h1/limited-example"
+    with TestClient(app) as client:
+        viewer, admin = bearer(issue_token(app, "viewer")), bearer(issue_token(app, "admin"))
+        assert [client.get(url, headers=viewer).status_code for _ in range(3)] == [403, 403, 403]
+        assert [client.get(url, headers=admin).status_code for _ in range(2)] == [200, 429]

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 from fastapi import Depends, Request
 
 from stortune.server.api.deps import NowDep, SettingsDep
-from stortune.server.api.security import CurrentPrincipal
+from stortune.server.api.security import CurrentPrincipal, authorize_route
 from stortune.server.errors import TooManyRequests
 
 _EPSILON = 1e-9
@@ -132,8 +132,10 @@ def RateLimited(name: str, *, per_minute: float, burst: int | None = None) -> An
 
     # Depends as the default: annotations are strings here (PEP 563) and FastAPI could
     # not resolve the closure's ``source`` from one. Not async: a shared bucket is a database
-    # round trip, which belongs in the thread pool, not on the event loop.
-    def spend(budget: Quota = Depends(source)) -> None:  # noqa: B008
+    # round trip, which belongs in the thread pool, not on the event loop. The route's
+    # dependencies run before its parameters, its permission among them: checked here first.
+    def spend(request: Request, budget: Quota = Depends(source)) -> None:  # noqa: B008
+        authorize_route(request)
         budget.spend()
 
     return Depends(spend)

@@ -54,13 +54,17 @@ async def current_principal(request: Request) -> Principal:
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 
 
+def _check(principal: Principal, permission: Permission) -> None:
+    if not principal.can(permission):
+        roles = ", ".join(r.value for r in roles_with(permission))
+        raise Forbidden(f"{principal.describe()} may not {permission.value}; roles that may: {roles}")
+
+
 @functools.cache  # one callable per permission: FastAPI runs it once per request
 def require(permission: Permission) -> Callable[..., Awaitable[Principal]]:
     async def allowed(request: Request) -> Principal:
         principal = principal_of(request)
-        if not principal.can(permission):
-            roles = ", ".join(r.value for r in roles_with(permission))
-            raise Forbidden(f"{principal.describe()} may not {permission.value}; roles that may: {roles}")
+        _check(principal, permission)
         return principal
 
     setattr(allowed, _PERMISSION, permission)
@@ -97,6 +101,29 @@ def declared_permissions(dependant: Dependant) -> Iterator[Permission]:
         if isinstance(permission, Permission):
             yield permission
         yield from declared_permissions(dep)
+
+
+#: id(route) -> (route, the permissions it declares): routes live as long as the process.
+_ROUTE_PERMISSIONS: dict[int, tuple[Any, frozenset[Permission]]] = {}
+
+
+def authorize_route(request: Request) -> Principal:
+    """The caller, if it holds every permission its route declares; 403 otherwise.
+
+    For what runs before the route's own parameters and spends something on the caller's
+    behalf (a rate limit, api/ratelimit.py): a role that may not call the route learns 403,
+    not 429, and spends nothing."""
+    principal = principal_of(request)
+    route = request.scope.get("route")
+    dependant = getattr(route, "dependant", None)
+    if dependant is None:
+        return principal
+    known = _ROUTE_PERMISSIONS.get(id(route))
+    if known is None or known[0] is not route:
+        known = _ROUTE_PERMISSIONS[id(route)] = (route, frozenset(declared_permissions(dependant)))
+    for permission in sorted(known[1]):
+        _check(principal, permission)
+    return principal
 
 
 def _route_contexts(routes: list[Any]) -> Iterator[Any]:
