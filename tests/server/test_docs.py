@@ -85,6 +85,25 @@ def test_hostile_asset_names_are_404(client: TestClient, path: str) -> None:
     assert b"[build-system]" not in answer.content and b"root:" not in answer.content
 
 
+@pytest.mark.parametrize(("method", "path"), [
+    ("GET", "/docs"), ("GET", "/redoc"), ("HEAD", "/docs"), ("POST", "/redoc"), ("GET", "/docs/"),
+    ("GET", "/redoc/"), ("GET", "/docs/assets/swagger-ui.css"), ("GET", "/docs/assets/nope.js"),
+    ("GET", "/docs/oauth2-redirect")])
+def test_hostile_every_answer_of_the_docs_refuses_framing(client: TestClient, method: str, path: str) -> None:
+    """A page of another site framing /docs (clickjacking) is refused by the browser on every
+    answer the docs make, their errors and redirects included, and nothing is type-sniffed."""
+    answer = client.request(method, path, follow_redirects=False)
+    assert answer.headers.get("content-security-policy") == CONTENT_SECURITY_POLICY, (method, path)
+    assert "frame-ancestors 'none'" in answer.headers["content-security-policy"]
+    assert answer.headers.get("x-frame-options") == "DENY"
+    assert answer.headers.get("x-content-type-options") == "nosniff"
+
+
+def test_the_dashboard_and_the_api_keep_their_own_headers(client: TestClient) -> None:
+    assert "x-frame-options" not in client.get("/openapi.json").headers
+    assert client.get("/ui/").headers["content-security-policy"] != CONTENT_SECURITY_POLICY
+
+
 def test_behind_a_path_prefix_the_references_carry_it(app: FastAPI) -> None:
     with TestClient(app, root_path="/stortune") as prefixed:
         page = prefixed.get("/docs").text

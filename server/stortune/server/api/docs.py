@@ -7,7 +7,8 @@ static files (Swagger UI 5 and ReDoc 2, the first versions that render the
 OpenAPI 3.1 FastAPI writes), installed with stortune like any dependency and
 served from /docs/assets/. Swagger UI's online validator is off: it would
 send the API description to validator.swagger.io; and a Content-Security-Policy
-keeps both pages to the control plane.
+keeps both pages to the control plane. Every answer under /docs and /redoc (its 404s,
+405s and redirects too) refuses to be framed by another site and to be type-sniffed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
 
+from stortune.server.api.headers import PathHeaders
 from stortune.server.errors import NotFound
 
 DOCS_URL: Final = "/docs"
@@ -40,6 +42,13 @@ CONTENT_SECURITY_POLICY: Final = (
     "default-src 'none'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
     "img-src 'self' data:; font-src 'self' data:; connect-src 'self'; worker-src 'self' blob:; "
     "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+#: On every answer under /docs and /redoc. X-Frame-Options for browsers that predate frame-ancestors.
+SECURITY_HEADERS: Final = {
+    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
 _REDOC_PAGE: Final = """<!DOCTYPE html>
 <html>
 <head>
@@ -84,7 +93,6 @@ def install(app: FastAPI, openapi_url: str = "/openapi.json") -> None:
             swagger_css_url=f"{root}{ASSETS_URL}/swagger-ui.css",
             swagger_favicon_url=f"{root}{ASSETS_URL}/favicon.png",
             swagger_ui_parameters={"validatorUrl": None})
-        page.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
         return page
 
     @app.get(REDOC_URL, include_in_schema=False)
@@ -94,7 +102,7 @@ def install(app: FastAPI, openapi_url: str = "/openapi.json") -> None:
                                   favicon=html.escape(f"{root}{ASSETS_URL}/favicon.png"),
                                   spec=html.escape(root + openapi_url),
                                   script=html.escape(f"{root}{ASSETS_URL}/redoc.standalone.js"))
-        return HTMLResponse(page, headers={"Content-Security-Policy": CONTENT_SECURITY_POLICY})
+        return HTMLResponse(page)
 
     @app.get(ASSETS_URL + "/{name}", include_in_schema=False)
     def asset(name: str) -> FileResponse:
@@ -102,3 +110,5 @@ def install(app: FastAPI, openapi_url: str = "/openapi.json") -> None:
         if media_type is None:  # only the names above: what is asked never reaches the file system
             raise NotFound("DocsAsset", name)
         return FileResponse(directory / name, media_type=media_type, headers=_CACHE)
+
+    app.add_middleware(PathHeaders, roots=(DOCS_URL, REDOC_URL), headers=SECURITY_HEADERS)

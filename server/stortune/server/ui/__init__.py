@@ -24,10 +24,9 @@ from typing import Final
 
 from fastapi import FastAPI, Request
 from fastapi.responses import RedirectResponse, Response
-from starlette.datastructures import MutableHeaders
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stortune.server.api.handlers import error_response
+from stortune.server.api.headers import PathHeaders
 from stortune.server.errors import NotFound
 
 UI_URL: Final = "/ui"
@@ -88,28 +87,6 @@ def load_assets(directory: Path = ASSET_DIR) -> dict[str, Asset]:
     return found
 
 
-class SecurityHeaders:
-    """ASGI middleware: SECURITY_HEADERS on every response under /ui, whoever made it."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "") if scope["type"] == "http" else ""
-        if path != UI_URL and not path.startswith(UI_URL + "/"):
-            await self.app(scope, receive, send)
-            return
-
-        async def with_headers(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                for name, value in SECURITY_HEADERS.items():
-                    headers[name] = value
-            await send(message)
-
-        await self.app(scope, receive, with_headers)
-
-
 def install(app: FastAPI, directory: Path = ASSET_DIR) -> None:
     """Serve the dashboard at /ui/ (the page) and /ui/assets/NAME (its built files)."""
     assets = load_assets(directory)
@@ -131,4 +108,4 @@ def install(app: FastAPI, directory: Path = ASSET_DIR) -> None:
             return error_response(NotFound("DashboardAsset", name[:128]))
         return asset.response(request, _IMMUTABLE)
 
-    app.add_middleware(SecurityHeaders)
+    app.add_middleware(PathHeaders, roots=(UI_URL,), headers=SECURITY_HEADERS)
