@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the control plane's bootstrap token for agents (its STATE_DIR/"
                         f"agent-bootstrap.token); default ${AGENT_TOKEN_ENV}")
     bench_args.add_bench_dirs(p)
+    bench_args.add_protection(p)
     tls = p.add_argument_group(
         "mutual TLS", "The agent API accepts only the control plane's certificate. With --server the "
                       "agent obtains its own certificate (kept in STATE_DIR/tls, renewed before it "
@@ -191,6 +192,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-out", metavar="FILE",
                    help="write the recommended StorageProfile (YAML) to FILE")
     _state(p)
+    bench_args.add_protection(p)
     _ram_share(p)
     _output(p, ("table", "json"), "table")
     return parser
@@ -372,6 +374,7 @@ def _serve(args: argparse.Namespace) -> int:
         observe_interval=args.observe_interval, token=token, tool_path=args.tool_path,
         insecure=args.insecure, tls_files=_tls_files(args),
         control_plane_name=args.control_plane_name, bench_dirs=tuple(args.bench_dir),
+        protection=bench_args.protection_of(args),
         stripe_cache_ram_share=args.stripe_cache_ram_share,
     )
     return serve.run(_fs(args), Path(args.state_dir), options)

@@ -293,3 +293,17 @@ def parse_meminfo_total(text: str) -> int | None:
         kib = int(words[0]) if len(words[0]) <= 20 else _MEMINFO_MAX_KIB + 1
         return kib * 1024 if 0 < kib <= _MEMINFO_MAX_KIB else None
     return None
+
+
+# -- /proc/swaps ------------------------------------------------------------
+
+
+def parse_swaps(text: str) -> list[str]:
+    """What backs swap (a device node or a file), in the kernel's order: the first column
+    of every line after the header, unescaped as mountinfo's paths are."""
+    out: list[str] = []
+    for line in text.splitlines()[1:]:
+        words = line.split()
+        if words and words[0].startswith("/"):
+            out.append(unescape_octal(words[0]))
+    return out

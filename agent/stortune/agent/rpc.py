@@ -29,6 +29,7 @@ from stortune.agent.bench.errors import UnknownRunError
 from stortune.agent.bench.store import RunStore
 from stortune.agent.journal import StateError, StateLockedError
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.protection import HostProtection, ProtectedDeviceError, trial_devices
 from stortune.api.agent import wire
 from stortune.api.agent.wire import BENCHMARK_STATES, BenchmarkProgress, HostInfo
 from stortune.schemas import planner, stripecache
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from stortune.agent.bench.manager import BenchmarkManager
     from stortune.agent.probe.runner import ProbeManager
     from stortune.schemas.bench.results import RunProgress
+    from stortune.schemas.profile import StorageProfile
 
 log = logging.getLogger("stortune.agent.rpc")
 
@@ -196,8 +198,11 @@ class AgentService(wire.AgentServiceServicer):
                  tool_path: str | None = None,
                  bench_dirs: Sequence[Path] = (),
                  started_unix: int | None = None,
-                 ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> None:
+                 ram_share: float = stripecache.DEFAULT_RAM_SHARE,
+                 protection: HostProtection | None = None) -> None:
         self.fs = fs
+        #: The devices this host protects: no experiment, benchmark or probe on them.
+        self.protection = protection or HostProtection()
         self.state_dir = state_dir
         #: A stripe_cache_size costing more of the host's RAM is refused (--stripe-cache-ram-share).
         self.ram_share = ram_share
@@ -233,7 +238,7 @@ class AgentService(wire.AgentServiceServicer):
                                                on_progress=progress_sink(self.benchmarks),
                                                agent_version=self._version,
                                                tools=probe_tools(self.tool_path),
-                                               bench_dirs=self.bench_dirs)
+                                               bench_dirs=self.bench_dirs, protection=self.protection)
             return self._bench
 
     @property
@@ -244,7 +249,8 @@ class AgentService(wire.AgentServiceServicer):
                 from stortune.agent.probe.runner import ProbeManager
 
                 self._probes = ProbeManager(self.fs, self.state_dir,
-                                            on_progress=progress_sink(self.benchmarks))
+                                            on_progress=progress_sink(self.benchmarks),
+                                            protection=self.protection)
             return self._probes
 
     def _is_probe(self, run_id: str) -> bool:
@@ -306,6 +312,7 @@ class AgentService(wire.AgentServiceServicer):
         names = ", ".join(p.metadata.name for p in call.profiles) or "(none)"
         with self._serialised(context):
             log.info("apply %s: profiles %s", call.request_id or "-", names)
+            self._refuse_protected_trial(call.profiles)
             report = local.converge(self.fs, call.profiles, self.state_dir, call.generations,
                                     ram_share=self.ram_share)
             # Planned again so the control plane records what is in sync now,
@@ -319,6 +326,18 @@ class AgentService(wire.AgentServiceServicer):
             request_id=call.request_id, topology_hash=after.topology.structure_hash(),
             observed=planner.observed_of(after.topology),
         )
+
+    def _refuse_protected_trial(self, profiles: Sequence[StorageProfile]) -> None:
+        """An experiment's trial values never reach a protected device, whatever the control
+        plane asks (its benchmark would be refused too, after the values were written)."""
+        if not any(p.metadata.annotations for p in profiles):
+            return  # an overlay names its experiment in one: no rediscovery on an ordinary apply
+        topology = local.discover(self.fs)
+        try:
+            self.protection.check(self.fs, topology, trial_devices(profiles, topology), "experiment")
+        except ProtectedDeviceError:
+            log.warning("refused an experiment's trial values on a protected device")
+            raise
 
     @_status_errors
     def Restore(self, request: wire.RestoreRequest,

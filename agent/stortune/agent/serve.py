@@ -33,6 +33,7 @@ import grpc
 from stortune.agent import daemon, heap, hostkey, identity, local, mtls
 from stortune.agent.journal import HostBusyError, StateError
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.protection import HostProtection
 from stortune.agent.registration import Registrar, RegistrationConfig, default_name, host_facts
 from stortune.agent.rpc import AgentService, BenchmarkRegistry, agent_version
 from stortune.api.agent import CONTROL_PLANE_NAME, wire
@@ -94,6 +95,8 @@ class ServeOptions:
     control_plane_name: str = CONTROL_PLANE_NAME
     #: A stripe_cache_size costing more of the host's RAM is refused.
     stripe_cache_ram_share: float = stripecache.DEFAULT_RAM_SHARE
+    #: The devices no experiment, benchmark or probe may use (--protect-*, --allow-loop).
+    protection: HostProtection = field(default_factory=HostProtection)
 
 
 def _with_port(address: str, port: int) -> str:
@@ -128,7 +131,8 @@ class Agent:
         self.service = AgentService(fs, state_dir, apply_lock=self.apply_lock,
                                     benchmarks=self.benchmarks, tool_path=options.tool_path,
                                     bench_dirs=options.bench_dirs,
-                                    ram_share=options.stripe_cache_ram_share)
+                                    ram_share=options.stripe_cache_ram_share,
+                                    protection=options.protection)
         self.registrar: Registrar | None = None
         self.address = ""  # bound HOST:PORT, known after start()
         self._stop = threading.Event()

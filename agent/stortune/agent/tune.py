@@ -38,6 +38,7 @@ from stortune.agent.bench.errors import BenchmarkError
 from stortune.agent.bench.fio import FioRunner
 from stortune.agent.bench.manager import BenchmarkManager
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.protection import HostProtection
 from stortune.schemas import stripecache
 from stortune.schemas.bench.results import BenchmarkResult, RunProgress
 from stortune.schemas.bench.target import beneath as devices_beneath
@@ -181,7 +182,8 @@ class LocalExperiment:
                  device: str | None = None, runner: FioRunner | None = None,
                  listener: Listener | None = None, stop: threading.Event | None = None,
                  apply_wait: float = 60.0,
-                 ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> None:
+                 ram_share: float = stripecache.DEFAULT_RAM_SHARE,
+                 protection: HostProtection | None = None) -> None:
         if exp.spec.strategy == "bayesian":
             _search_library(exp.name)
         self.fs = fs
@@ -194,12 +196,15 @@ class LocalExperiment:
         self.apply_wait = apply_wait
         self.host = local.host_info(fs).get("hostname", "") or "localhost"
         # Made first: it concludes runs a killed experiment left and kills their fio.
+        protection = protection or HostProtection()
         self.bench = BenchmarkManager(fs, state_dir, runner=runner, on_progress=self._live,
-                                      apply_wait=apply_wait)
+                                      apply_wait=apply_wait, protection=protection)
         self.recovered = local.recover(fs, state_dir, ram_share=ram_share)
         topology = local.discover(fs, state_dir)
         self.device = choose_device(exp, topology, device)
         self.beneath = beneath_of(topology, self.device)
+        # Before any trial value is written: the host's own disks take no experiment.
+        protection.check(fs, topology, [self.device.name, *(d.name for d in self.beneath)], "experiment")
         problems = check_against_device(exp, self.device, self.beneath, where=exp.name)
         if problems:
             raise DocumentError(problems)

@@ -21,6 +21,7 @@ from types import FrameType
 from typing import TextIO
 
 from stortune.agent import render
+from stortune.agent.bench import args as bench_args
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.tune import Event, LocalExperiment, TuneError, TuneResult, describe_point, read_experiment
 from stortune.schemas.bench import metrics, units
@@ -91,7 +92,8 @@ def run(args: argparse.Namespace, fs: KernelFS) -> int:
     with _stopping(stop) as caught:
         experiment = LocalExperiment(fs, Path(args.state_dir), exp, device=args.device,
                                      listener=ProgressLine(exp.spec.objective.metric, sys.stderr), stop=stop,
-                                     ram_share=args.stripe_cache_ram_share)
+                                     ram_share=args.stripe_cache_ram_share,
+                                     protection=bench_args.protection_of(args))
         if experiment.recovered:
             print(f"finished what an interruption left: {experiment.recovered}", file=sys.stderr)
         print(f"experiment {exp.name} ({experiment.id}) on {experiment.device.name}: current"

@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from stortune.agent.protection import DEFAULT_MOUNTS, HostProtection
 from stortune.schemas.bench.preset_names import PRESET_NAMES
+from stortune.schemas.topology import is_device_name
 
 #: STATE_DIR/OWN_DIR holds the agent's own file targets (``files``); named here so that
 #: building the parser does not import ``files``.
@@ -54,6 +56,42 @@ def add_parser(sub: Any, roots: Callable[[argparse.ArgumentParser], None],
     p.add_argument("--run-id", help="name of the run (default: time and a random suffix)")
     p.add_argument("--baseline", metavar="RESULT.json",
                    help="compare with an earlier result (this command's -o json, or a run's result.json)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="make every check the run would (target, protected devices, unsafe writes,"
+                        " fio) and show the steps; run nothing")
     state(p)
     add_bench_dirs(p)
+    add_protection(p)
     p.add_argument("-o", "--output", choices=("table", "json"), default="table")
+
+
+def add_protection(p: argparse.ArgumentParser) -> None:
+    """The host's protected devices: no experiment, benchmark or probe on them (``protection``)."""
+    g = p.add_argument_group("protected devices", "the devices holding /, /boot, /var and swap,"
+                             " whole disks and stacks included, and other users' loop devices"
+                             " take no experiment, benchmark or probe (profiles may still tune them)")
+    g.add_argument("--protect-mount", action="append", default=[], type=_absolute, metavar="PATH",
+                   help="also protect the device holding PATH; repeatable")
+    g.add_argument("--protect-device", action="append", default=[], type=_device, metavar="NAME",
+                   help="also protect the block device NAME (sdc, md0) and what lies on it; repeatable")
+    g.add_argument("--allow-loop", action="append", default=[], type=_device, metavar="NAME",
+                   help="allow the loop device NAME although its backing file is another user's;"
+                        " repeatable")
+
+
+def protection_of(args: argparse.Namespace) -> HostProtection:
+    return HostProtection(mounts=(*DEFAULT_MOUNTS, *args.protect_mount), devices=tuple(args.protect_device),
+                          allow_loops=tuple(args.allow_loop))
+
+
+def _absolute(text: str) -> str:
+    if not text.startswith("/") or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an absolute path")
+    return text.rstrip("/") or "/"
+
+
+def _device(text: str) -> str:
+    name = text.removeprefix("/dev/")
+    if not is_device_name(name):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a kernel block device name (sdc, md0, loop3)")
+    return name

@@ -3,6 +3,7 @@
     stortune-agent bench -f SPEC.yaml [--state-dir DIR] [-o table|json] [--baseline RESULT.json]
     stortune-agent bench --preset stream-32k --target loop3 [--runtime 10s] [--size 64M]
     stortune-agent bench --preset seq-1m --target /srv/bench/x.dat --bench-dir /srv/bench
+    stortune-agent bench -f SPEC.yaml --dry-run     # every check the run makes; nothing runs
 
 The run goes through the same ``BenchmarkManager`` as the control plane's, so
 it takes the host's bench lock (no apply meanwhile) and is stored under
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from stortune.agent import render
+from stortune.agent.bench.args import protection_of
 from stortune.agent.bench.manager import BenchmarkManager
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.local import AgentError
@@ -83,7 +85,9 @@ def run(args: argparse.Namespace, fs: KernelFS) -> int:
     tty = sys.stderr.isatty()
     manager = BenchmarkManager(fs, Path(args.state_dir),
                                on_progress=_progress_line(sys.stderr) if tty else None,
-                               bench_dirs=args.bench_dir)
+                               bench_dirs=args.bench_dir, protection=protection_of(args))
+    if args.dry_run:
+        return _dry_run(manager, spec, args.output)
     run_id = manager.start(spec, args.run_id)
     try:
         manager.wait(run_id)
@@ -103,6 +107,21 @@ def run(args: argparse.Namespace, fs: KernelFS) -> int:
         return EXIT_ERROR
     if result.verdict is not None and not result.verdict.passed:
         return EXIT_THRESHOLDS
+    return EXIT_OK
+
+
+def _dry_run(manager: BenchmarkManager, spec: BenchmarkSpec, output: str) -> int:
+    """Every refusal the run would make (they raise: exit 1), then the steps it would run."""
+    target, steps = manager.check(spec)
+    if output == "json":
+        sys.stdout.write(json.dumps({"target": target.info.model_dump(mode="json"),
+                                     "steps": [s.model_dump(mode="json") for s in steps]}, indent=2) + "\n")
+        return EXIT_OK
+    render.table(f"dry run: {spec.name} on {target.info.path} (nothing runs)",
+                 ["step", "pattern", "block size", "iodepth", "jobs", "runtime", "writes"],
+                 [[s.name, s.pattern, s.block_size or "-", s.iodepth, s.numjobs,
+                   "-" if s.runtime is None else f"{s.runtime:g}s", "yes" if s.writes else ""]
+                  for s in steps])
     return EXIT_OK
 
 

@@ -53,6 +53,7 @@ from stortune.agent.bench.sampler import DiskstatsSampler
 from stortune.agent.bench.store import RunStore, check_run_id, new_run_id
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.probe.store import load_measured
+from stortune.agent.protection import HostProtection
 from stortune.agent.tools import ToolRunner
 from stortune.schemas.analysis import layers, verdict
 from stortune.schemas.analysis.model import DeviceAnalysis, MeasuredCeiling
@@ -103,8 +104,11 @@ class BenchmarkManager:
                  on_progress: ProgressSink | None = None, sample_interval: float = 1.0,
                  agent_version: str | None = None, apply_wait: float = 60.0,
                  tools: ToolRunner | None = None, bench_dirs: Sequence[Path] = (),
-                 analyzer: Analyzer | None = None, measured: MeasuredSource | None = None) -> None:
+                 analyzer: Analyzer | None = None, measured: MeasuredSource | None = None,
+                 protection: HostProtection | None = None) -> None:
         self.fs = fs
+        #: The devices this host protects (``protection``): no benchmark on them, reads included.
+        self.protection = protection or HostProtection()
         self.state_dir = state_dir
         self.runner: FioRunner = runner or SubprocessFioRunner()
         self.on_progress = on_progress
@@ -201,7 +205,9 @@ class BenchmarkManager:
             run.done.wait(timeout)
 
     # -- preparing ---------------------------------------------------------------------
-    def _prepare(self, spec: BenchmarkSpec, run_id: str) -> _Run:
+    def check(self, spec: BenchmarkSpec) -> tuple[targets.ResolvedTarget, list[WorkloadStep]]:
+        """Every refusal ``start`` makes before it takes the host (a dry run stops here):
+        the target, the steps, a protected device, an unsafe write, fio missing."""
         topology = local.discover(self.fs)
         target = targets.resolve(self.fs, spec, topology, self.files)
         steps = spec.steps(target.info.facts)
@@ -210,8 +216,14 @@ class BenchmarkManager:
                 fiojob.render(step, target.fio)
             except fiojob.JobError as exc:
                 raise BenchmarkError(str(exc)) from None
+        if not target.is_file:  # a file lies in a directory the host gave benchmarks
+            self.protection.check(self.fs, topology, [b.device for b in target.beneath], "benchmark")
         targets.check_safety(target, steps, spec.spec.allowDestructive, tools=self.tools)
         self.runner.version()  # fio missing: say so now, not in the thread
+        return target, steps
+
+    def _prepare(self, spec: BenchmarkSpec, run_id: str) -> _Run:
+        target, steps = self.check(spec)
         if run_id in self.store.runs():
             raise BenchmarkError(f"a benchmark run {run_id!r} already exists on this agent")
         locks = contextlib.ExitStack()

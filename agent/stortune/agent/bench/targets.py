@@ -28,6 +28,7 @@ from stortune.agent.kernelfs import KernelFS
 from stortune.agent.tools import ToolRunner
 from stortune.schemas.bench.fiojob import FioTarget
 from stortune.schemas.bench.results import TargetInfo
+from stortune.schemas.bench.safety import write_refusals, writing_steps
 from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.bench.steps import TargetFacts, WorkloadStep
 from stortune.schemas.bench.target import Beneath, beneath, facts
@@ -130,10 +131,9 @@ def check_safety(resolved: ResolvedTarget, steps: Sequence[WorkloadStep], allow_
     ``tools`` runs the signature probe (default: ``signatures.probe_tools()`` on this
     process's PATH and the sbin directories).
     """
-    writing = [s.name for s in steps if s.writes]
-    if not writing:
+    shown = writing_steps(steps)
+    if not shown:
         return
-    shown = ", ".join(writing[:4]) + (" ..." if len(writing) > 4 else "")
     if resolved.is_file:
         if resolved.existed and not allow_destructive:
             raise UnsafeTargetError(resolved.info.path, [
@@ -142,17 +142,7 @@ def check_safety(resolved: ResolvedTarget, steps: Sequence[WorkloadStep], allow_
         return
     dev = resolved.device
     assert dev is not None
-    reasons: list[str] = []
-    if not allow_destructive:
-        reasons.append(f"allowDestructive is not true and {shown} write to the raw device,"
-                       " destroying its contents")
-    if dev.read_only:
-        reasons.append(f"{dev.name} is read-only")
-    reasons += [f"{dev.name} is mounted at {m.mountpoint} ({m.fstype})" for m in dev.mounts]
-    if dev.holders:
-        reasons.append(f"{dev.name} has holders {', '.join(dev.holders)} (something is built on it)")
-    if dev.partitions:
-        reasons.append(f"{dev.name} has partitions {', '.join(dev.partitions)}")
+    reasons = write_refusals(dev, steps, allow_destructive)
     try:
         reasons += signatures.describe(dev.name, signatures.probe(resolved.node,
                                                                   tools or signatures.probe_tools()))

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from stortune.agent.bench.errors import BenchmarkError
 from stortune.agent.kernelfs import KernelFS, UnsafePathError, check_device_name
+from stortune.agent.protection import ProtectedDeviceError
+from stortune.schemas.protection import refusals
 from stortune.schemas.topology import DeviceKind, Topology
 
 #: At most this many members are probed: each costs two steps of a few seconds.
@@ -60,7 +63,11 @@ def every_disk(topology: Topology) -> list[str]:
     return [d.name for d in topology.devices if d.kind is DeviceKind.DISK]
 
 
-def resolve(fs: KernelFS, topology: Topology, device: str | None) -> list[Member]:
+def resolve(fs: KernelFS, topology: Topology, device: str | None,
+            protected: Mapping[str, str] | None = None) -> list[Member]:
+    """The members a probe of ``device`` reads (None: every disk the host does not protect);
+    ``protected`` (``HostProtection.resolve``): a named device on or over one is refused."""
+    protected = protected or {}
     if device is not None:
         try:
             check_device_name(device)
@@ -71,10 +78,14 @@ def resolve(fs: KernelFS, topology: Topology, device: str | None) -> list[Member
             raise ProbeDeviceError(f"device {device!r} is not a block device of this host"
                                    " (stortune-agent topology lists them)")
         names = bottom_devices(topology, device)
+        refused = refusals(protected, [device, *names], "probe")
+        if refused:
+            raise ProtectedDeviceError(refused)
     else:
-        names = every_disk(topology)
+        names = [n for n in every_disk(topology) if n not in protected]
     if not names:
-        raise ProbeDeviceError("device: this host has no disk to probe" if device is None else
+        raise ProbeDeviceError("device: this host has no disk to probe that it does not protect"
+                               if device is None else
                                f"device {device!r}: nothing beneath it can be read")
     if len(names) > MAX_MEMBERS:
         raise ProbeDeviceError(f"device {device or '(every disk)'}: {len(names)} members, more than"

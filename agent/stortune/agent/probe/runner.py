@@ -34,6 +34,7 @@ from stortune.agent.kernelfs import KernelFS
 from stortune.agent.probe import members as probe_members
 from stortune.agent.probe.jobs import ProbeSettings, Step, plan_steps, render
 from stortune.agent.probe.store import ProbeStore, check_probe_id, merge_measured
+from stortune.agent.protection import HostProtection
 from stortune.schemas.analysis.ceilings import mb
 from stortune.schemas.analysis.model import MeasuredCeiling
 from stortune.schemas.analysis.probe import ProbeResult, ProbeState, ScalingPoint, scaling_counts, with_gains
@@ -68,8 +69,10 @@ class _Probe:
 class ProbeManager:
     def __init__(self, fs: KernelFS, state_dir: Path, *, runner: FioRunner | None = None,
                  settings: ProbeSettings | None = None, on_progress: ProgressSink | None = None,
-                 apply_wait: float = 60.0) -> None:
+                 apply_wait: float = 60.0, protection: HostProtection | None = None) -> None:
         self.fs = fs
+        #: The devices this host protects: never probed.
+        self.protection = protection or HostProtection()
         self.state_dir = state_dir
         self.runner: FioRunner = runner or SubprocessFioRunner()
         self.settings = settings or ProbeSettings()
@@ -85,7 +88,8 @@ class ProbeManager:
     def start(self, device: str | None, probe_id: str | None = None) -> str:
         """Check the device and the host, take the bench lock, run in a background thread.
 
-        Raises ProbeDeviceError (the device), BenchmarkBusyError (a benchmark or probe
+        Raises ProbeDeviceError (the device), ProtectedDeviceError (the host protects it or a
+        member), BenchmarkBusyError (a benchmark or probe
         runs), FioNotInstalledError, or BenchmarkError for a reused id.
         """
         probe_id = check_probe_id(probe_id or new_probe_id())
@@ -93,7 +97,8 @@ class ProbeManager:
             if self._active is not None:
                 raise BenchmarkBusyError(self._active.probe_id)
             topology = local.discover(self.fs)
-            chosen = probe_members.resolve(self.fs, topology, device)
+            chosen = probe_members.resolve(self.fs, topology, device,
+                                           self.protection.resolve(self.fs, topology))
             self.runner.version()  # fio missing: say so now, not in the thread
             if probe_id in self.store.ids():
                 raise BenchmarkError(f"a probe {probe_id!r} already exists on this agent")
