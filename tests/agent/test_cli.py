@@ -149,10 +149,6 @@ def test_plan_cannot_read_the_state_directory(tmp_path: Path) -> None:
         ("{read_ahead_kb: 512, turbo: 1}", None, "spec.rules[0].settings.turbo: unknown field"),
         ("{read_ahead_kb: 512}", "{kind: [tape]}", "spec.rules[0].match.kind[0]"),
         ("{read_ahead_kb: 512}", "{name: ['../vda']}", "spec.rules[0].match.name"),
-        ("{read_ahead_kb: 512, scheduler: warp-drive}", None,
-         "scheduler 'warp-drive' is not offered by this kernel"),
-        ("{read_ahead_kb: 512, max_sectors_kb: 1048576}", None,
-         "max_sectors_kb 1048576 exceeds max_hw_sectors_kb"),
     ],
 )
 def test_bad_input_is_named_and_changes_nothing(loop: str, tmp_path: Path, settings: str,
@@ -165,6 +161,32 @@ def test_bad_input_is_named_and_changes_nothing(loop: str, tmp_path: Path, setti
     assert words in result.stderr + result.stdout
     assert queue(loop) == before
     assert not (tmp_path / "state" / "desired.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("settings", "tunable", "words"),
+    [
+        ("{read_ahead_kb: 512, scheduler: warp-drive}", "scheduler",
+         "scheduler 'warp-drive' is not offered by this kernel"),
+        ("{read_ahead_kb: 512, max_sectors_kb: 1048576}", "max_sectors_kb",
+         "max_sectors_kb 1048576 exceeds max_hw_sectors_kb"),
+    ],
+)
+def test_hostile_a_value_the_device_refuses_is_an_error_on_that_setting_alone(
+        loop: str, tmp_path: Path, settings: str, tunable: str, words: str) -> None:
+    before = queue(loop)
+    doc, state = tmp_path / "bad.yaml", str(tmp_path / "state")
+    doc.write_text(profile(loop, settings))
+    result = agent("apply", "-f", str(doc), "--state-dir", state)
+    assert result.returncode == 1
+    assert f"error: loop-test/the-loop: {loop} {tunable}=" in result.stderr and words in result.stderr
+    assert "1 cannot be set" in result.stdout
+    # The rest is applied and kept (the desired state is stored for re-applies); the refused one not.
+    assert queue(loop) == {**before, "read_ahead_kb": "512"}
+    assert (tmp_path / "state" / "desired.json").exists()
+    assert agent("plan", "-f", str(doc), "--state-dir", state).returncode == 1
+    assert agent("restore", "--state-dir", state).returncode == 0
+    assert queue(loop) == before
 
 
 def test_not_a_storage_profile(tmp_path: Path) -> None:

@@ -109,7 +109,9 @@ def test_hostile_write_back_without_a_battery_never_reaches_the_tool(tmp_path: P
     host = make_host(tmp_path)
     host.tool.fail_battery(0)
     report = local.apply(host.fs, [profile({"controller_write_cache": "write-back"})], host.state)
-    assert not report.ok and any("always-write-back" in m for m in report.messages)
+    # An error on that setting: reported, never sent to the tool (nothing else was asked for).
+    assert [r.tunable for r in report.rejected] == ["controller_write_cache"]
+    assert any("always-write-back" in m for m in report.messages)
     assert set_commands(host.tool) == []
 
 

@@ -223,10 +223,12 @@ def test_unidentified_device_is_never_changed(loop_device: str, tmp_path: Path) 
     assert journal.load_originals(state) == {}
 
 
-def test_fatal_rejection_writes_nothing(loop_device: str, tmp_path: Path) -> None:
+def test_hostile_a_fatal_rejection_blocks_only_its_own_setting(loop_device: str, tmp_path: Path) -> None:
     dev, state = loop_device, tmp_path / "state"
     before = snapshot(dev)
-    plan, _ = tuning_plan(dev)
+    plan, want = tuning_plan(dev)
+    # The planner holds no change for a setting it rejects.
+    plan.changes = [c for c in plan.changes if c.tunable != "scheduler"]
     plan.rejections.append(
         Rejection(
             device=dev,
@@ -241,9 +243,10 @@ def test_fatal_rejection_writes_nothing(loop_device: str, tmp_path: Path) -> Non
 
     report = executor.apply(FS, plan, state)
 
-    assert not report.ok
+    # Every planned change is made and verified; the refused scheduler is reported, not written.
+    assert report.ok, report.messages
     assert [r.tunable for r in report.rejections] == ["scheduler"]
-    assert "not offered by this kernel" in report.messages[0]
-    assert report.results == []
-    assert snapshot(dev) == before
-    assert not (state / "journal").exists()
+    assert "test/bad" in report.messages[0] and "not offered by this kernel" in report.messages[0]
+    assert report.results and all(r.status == "applied" for r in report.results)
+    assert snapshot(dev) == {**want, "scheduler": before["scheduler"]}
+    assert executor.restore(FS, state).ok and snapshot(dev) == before

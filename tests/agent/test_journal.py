@@ -172,7 +172,8 @@ def test_apply_refuses_while_locked(fake_kernel: KernelFS, tmp_path: Path) -> No
     assert read_queue(fake_kernel, "fake0", "read_ahead_kb") == "128"
 
 
-def test_fatal_rejections_refuse_the_whole_plan(fake_kernel: KernelFS, tmp_path: Path) -> None:
+def test_hostile_a_fatal_rejection_blocks_only_its_own_setting(fake_kernel: KernelFS,
+                                                                 tmp_path: Path) -> None:
     plan = Plan(
         changes=[change("fake0", "read_ahead_kb", 128, 1024)],
         rejections=[
@@ -190,9 +191,11 @@ def test_fatal_rejections_refuse_the_whole_plan(fake_kernel: KernelFS, tmp_path:
 
     report = executor.apply(fake_kernel, plan, tmp_path / "state")
 
-    assert not report.ok
-    assert "fake0 nr_requests=99999: exceeds the maximum" in report.messages[0]
-    assert read_queue(fake_kernel, "fake0", "read_ahead_kb") == "128"
+    # The other change is made; the error is reported with the rule that wants the value.
+    assert report.ok and [(r.tunable, r.status) for r in report.results] == [("read_ahead_kb", "applied")]
+    assert [r.tunable for r in report.rejections] == ["nr_requests"]
+    assert report.messages[0] == "error: p/r: fake0 nr_requests=99999 not set: exceeds the maximum"
+    assert read_queue(fake_kernel, "fake0", "read_ahead_kb") == "1024"
 
 
 @pytest.mark.parametrize(

@@ -312,14 +312,16 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _report(report: local.Report, fmt: str) -> int:
+    # A setting that cannot be set is an error even though everything else was applied.
+    failed = not report.ok or bool(report.rejected)
     if fmt == "table":
         render.table(report.title, ["device", "tunable", "before", "after", "status"],
                      [[r.device, r.tunable, r.before, r.after, r.status] for r in report.rows])
         for msg in report.messages:
-            print(msg, file=sys.stderr if not report.ok else sys.stdout)
+            print(msg, file=sys.stderr if failed else sys.stdout)
     else:
         render.dump(report.model_dump(mode="json"), fmt)
-    return EXIT_OK if report.ok else EXIT_ERROR
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def _apply(args: argparse.Namespace) -> int:

@@ -127,7 +127,11 @@ def converge(fs: KernelFS, state_dir: Path, *,
     changed = [r for r in report.rows if r.status == "applied"]
     if not report.ok:
         log.error("re-apply failed: %s", "; ".join(report.messages))
-    elif changed:
+        return report
+    if report.rejected:  # the rest was applied; these stay as they are until the profile changes
+        log.warning("re-apply: %d setting(s) cannot be set: %s", len(report.rejected),
+                    "; ".join(f"{r.device}/{r.tunable}={r.after}: {r.message}" for r in report.rejected))
+    if changed:
         log.info("re-applied %d setting(s): %s", len(changed),
                  ", ".join(f"{r.device}/{r.tunable}={r.after}" for r in changed))
     return report
@@ -149,7 +153,7 @@ def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
         log.info("re-apply postponed: %s", exc)
         report, retry = None, True
     if once:
-        return 0 if report is None or report.ok else 1
+        return 0 if report is None or (report.ok and not report.rejected) else 1
 
     def _stop(signum: int, _frame: FrameType | None) -> None:
         log.info("signal %d: stopping", signum)

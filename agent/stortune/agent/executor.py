@@ -98,7 +98,8 @@ class ApplyReport(_Model):
     txid: str | None = None
     results: list[ChangeResult] = Field(default_factory=list, description="In plan order")
     rejections: list[Rejection] = Field(
-        default_factory=list, description="Fatal rejections that blocked the apply"
+        default_factory=list,
+        description="Errors of the plan: settings it could not include, not written (the rest is)",
     )
     messages: list[str] = Field(default_factory=list)
     recovery: RecoveryReport | None = Field(
@@ -389,26 +390,25 @@ def apply(
     identify: Identify | None = None,
     lock_timeout: float = 0.0,
 ) -> ApplyReport:
-    """Make the kernel match ``plan``: everything, or (after a failure) nothing.
+    """Make the kernel match ``plan``'s changes: all of them, or (after a failure) none.
 
-    ``identify`` maps a kernel name to the stable device id (discovery's); when
-    given, a change whose device now has another id is skipped, never written.
+    The plan's errors (fatal rejections) are settings it holds no change for: they
+    are reported (``rejections``), and block nothing else. ``ok`` says whether the
+    changes were made. ``identify`` maps a kernel name to the stable device id
+    (discovery's); when given, a change whose device now has another id is skipped,
+    never written.
     """
-    if plan.fatal:
-        return ApplyReport(
-            ok=False,
-            rejections=plan.fatal,
-            messages=[f"{r.device} {r.tunable}={r.value!r}: {r.reason}" for r in plan.fatal]
-            + ["refused: nothing was written; fix or remove the rejected settings"],
-        )
     targets, problems = _resolve(plan.changes)
     if problems:
         return ApplyReport(ok=False, messages=[*problems, "refused: invalid plan, nothing was written"])
+    errors = [f"error: {r.source.profile}/{r.source.rule}: {r.device} {r.tunable}={r.value!r} not set:"
+              f" {r.reason}" for r in plan.fatal]
     sdir = Path(state_dir)
     with journal.lock(sdir, timeout=lock_timeout):
         identity = _Identity(fs, identify)
         recovery = _recover_locked(fs, sdir, identity)
-        report = ApplyReport(ok=True, recovery=recovery if recovery.transactions else None)
+        report = ApplyReport(ok=True, recovery=recovery if recovery.transactions else None,
+                             rejections=plan.fatal, messages=errors)
         if not targets:
             report.messages.append("nothing to change")
             return report

@@ -35,6 +35,8 @@ class ReportRow(BaseModel):
     after: int | str | None = None
     status: str
     message: str = ""
+    profile: str | None = Field(default=None, exclude_if=lambda v: v is None,
+                                description="status rejected: the profile that wants the value")
 
 
 class Report(BaseModel):
@@ -42,6 +44,11 @@ class Report(BaseModel):
     ok: bool
     rows: list[ReportRow] = Field(default_factory=list)
     messages: list[str] = Field(default_factory=list)
+
+    @property
+    def rejected(self) -> list[ReportRow]:
+        """Settings the plan holds as errors (not written; everything else was applied)."""
+        return [r for r in self.rows if r.status == "rejected"]
 
 
 @dataclass(frozen=True)
@@ -174,8 +181,9 @@ def converge(
 
     What they want is applied; what stortune changed earlier and no profile
     wants any more is put back as the planner's restorations say (to its
-    recorded original, or to what a write still wanted left). Any fatal
-    rejection refuses everything. Restorations come first and the host is
+    recorded original, or to what a write still wanted left). A fatal rejection
+    is an error on its setting alone: reported (a "rejected" row), not written,
+    and everything else is applied. Restorations come first and the host is
     re-read before applying, because restoring a scheduler resets nr_requests.
     Originals of devices that are gone are reported and kept.
 
@@ -202,16 +210,6 @@ def _converge(
 ) -> Report:
     wanted = [*profiles, *overlay]
     planned = plan(fs, wanted, state_dir, ram_share=ram_share)
-    fatal = planned.plan.fatal
-    if fatal:
-        return Report(
-            title="apply refused: nothing was changed",
-            ok=False,
-            rows=[ReportRow(device=r.device, tunable=r.tunable, after=r.value, status="rejected",
-                            message=r.reason) for r in fatal],
-            messages=[f"{r.source.profile}/{r.source.rule}: {r.device} {r.tunable}={r.value!r}:"
-                      f" {r.reason}" for r in fatal],
-        )
     # Releases include originals already back in place: their records are settled too.
     releases = planner.releases(planned.plan, planned.topology)
     originals = {(r.device_id, r.tunable) for r in releases if r.to == "original"}
@@ -230,16 +228,22 @@ def _converge(
         planned = plan(fs, wanted, state_dir, ram_share=ram_share)
     result = executor.apply(fs, planned.plan.enforced(), state_dir, identify=_identify(fs))
     rows += _rows(result.results)
-    messages += result.messages
+    messages += result.messages  # the plan's errors among them
     if result.ok and remember:
         journal.save_desired(state_dir, {
             "profiles": [p.document() for p in profiles],
             "generations": dict(generations or {}),
         })
+    # The errors: written neither now nor by a re-apply, reported every time.
+    errors = result.rejections
+    rows += [ReportRow(device=r.device, tunable=r.tunable, after=r.value, status="rejected",
+                       message=r.reason, profile=r.source.profile) for r in errors]
     messages += [f"skipped {r.device} {r.tunable}: {r.reason}"
                  for r in planned.plan.rejections if not r.fatal]
     changed = sum(r.status in ("applied", "restored") for r in rows)
     title = f"apply: {changed} setting(s) changed" if result.ok else "apply failed: rolled back"
+    if errors:
+        title += f"; {len(errors)} cannot be set (errors)"
     return Report(title=title, ok=result.ok, rows=rows, messages=messages)
 
 

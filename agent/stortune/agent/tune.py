@@ -276,8 +276,11 @@ class LocalExperiment:
             report = local.converge(self.fs, self.desired, self.state_dir, overlay=[overlay],
                                     ram_share=self.ram_share,
                                     remember=False)
-            if not report.ok:
-                why = "; ".join(report.messages) or report.title
+            # A trial value the device refuses is not in place: measuring would credit it wrongly.
+            refused = [r for r in report.rejected if r.profile == overlay.metadata.name]
+            if not report.ok or refused:
+                why = "; ".join([f"{r.tunable}={r.after}: {r.message}" for r in refused]
+                                or report.messages) or report.title
                 return self._done(request, failed(request, f"applying the values failed: {why}",
                                                   self.host), began, None)
             self.bench.start(benchmark_for(self.exp, f"{self.exp.name}-t{request.index}"), run_id)
