@@ -25,7 +25,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from stortune.agent import local
+from stortune.agent import local, trials
 from stortune.agent.journal import HostBusyError
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas import stripecache
@@ -143,7 +143,7 @@ def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
     stop = stop or threading.Event()
     retry = False
     try:
-        recovered = local.recover(fs, state_dir, ram_share=ram_share)
+        recovered = trials.recover(fs, state_dir, ram_share=ram_share)
         if recovered:
             log.warning("finished what an interruption left: %s", recovered)
         report = converge(fs, state_dir, ram_share=ram_share)

@@ -30,7 +30,7 @@ from types import FrameType
 
 import grpc
 
-from stortune.agent import daemon, heap, hostkey, identity, local, mtls
+from stortune.agent import daemon, heap, hostkey, identity, local, mtls, trials
 from stortune.agent.journal import HostBusyError, StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.protection import HostProtection
@@ -220,8 +220,8 @@ class Agent:
     def _converge_at_start(self) -> None:
         with self.apply_lock:
             try:
-                recovered = local.recover(self.fs, self.state_dir,
-                                          ram_share=self.options.stripe_cache_ram_share)
+                recovered = trials.recover(self.fs, self.state_dir,
+                                           ram_share=self.options.stripe_cache_ram_share)
                 if recovered:
                     log.warning("finished what an interruption left: %s", recovered)
                 daemon.converge(self.fs, self.state_dir, ram_share=self.options.stripe_cache_ram_share)

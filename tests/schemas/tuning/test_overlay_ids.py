@@ -9,8 +9,9 @@ from stortune.schemas.matching import mismatch
 from stortune.schemas.planner import plan
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device, DeviceKind, Topology
+from stortune.schemas.trialprofile import is_overlay
 from stortune.schemas.tuning.engine import Engine
-from stortune.schemas.tuning.overlay import id_glob, is_overlay, other_device, overlay_profile, shared_ids
+from stortune.schemas.tuning.overlay import id_glob, other_device, overlay_profile, shared_ids
 from stortune.schemas.tuning.recommend import recommended_profile
 from stortune.schemas.tuning.simulate import Surface, drive, flat
 from tests.schemas.topologies import num

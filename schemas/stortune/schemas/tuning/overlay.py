@@ -11,7 +11,6 @@ desired profiles alone afterwards puts everything back (the planner restores ori
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,25 +19,16 @@ from stortune.schemas.bench.target import beneath
 from stortune.schemas.catalog import Value
 from stortune.schemas.documents import DocumentError, parse_profile
 from stortune.schemas.patterns import MAX_PATTERN_LENGTH, glob_matches
-from stortune.schemas.profile import StorageProfile, is_name
+from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device, Topology
+
+# The overlay's name and marks live apart: the serving agent reads them without this package.
+from stortune.schemas.trialprofile import EXPERIMENT_ANNOTATION, OVERLAY_PRIORITY, profile_name
 from stortune.schemas.tuning.experiment import BENEATH
 
-#: Annotation naming the experiment a profile comes from.
-EXPERIMENT_ANNOTATION = "stortune.io/experiment"
-#: The highest priority a profile may have: the overlay's. At equal priority the name sorting
-#: first wins, so a desired profile at this priority could still win (``overlay_conflicts``).
-OVERLAY_PRIORITY = 1000
-_PREFIX = "tune-"
-
-
-def profile_name(experiment: str, prefix: str = _PREFIX) -> str:
-    """``tune-<experiment>``, shortened with a hash when it would exceed a name's 253 characters."""
-    name = prefix + experiment
-    if len(name) <= 253 and is_name(name):
-        return name
-    digest = hashlib.sha256(experiment.encode()).hexdigest()[:10]
-    return f"{prefix}{experiment[: 253 - len(prefix) - 11].rstrip('-.')}-{digest}"
+__all__ = ["EXPERIMENT_ANNOTATION", "OVERLAY_PRIORITY", "devices_beneath", "glob_literal", "id_glob",
+           "other_device", "overlay_conflicts", "overlay_profile", "profile_name", "shared_ids",
+           "split_point"]
 
 
 def glob_literal(text: str) -> str:
@@ -80,13 +70,6 @@ def other_device(device: Device, read_id: str | None) -> str | None:
         return None
     return (f"the trial tuned {device.name} ({device.id}) but fio read "
             f"{read_id or 'a device of unknown id'}: the device names moved")
-
-
-def is_overlay(profile: StorageProfile) -> bool:
-    """Whether ``profile`` is an experiment's trial overlay (not its recommended profile)."""
-    experiment = profile.metadata.annotations.get(EXPERIMENT_ANNOTATION)
-    return (experiment is not None and profile.spec.priority == OVERLAY_PRIORITY
-            and profile.name == profile_name(experiment))
 
 
 def devices_beneath(topology: Topology, name: str) -> list[Device]:
