@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from sqlalchemy import select, update
 
 from stortune.server import RecordingController
@@ -258,6 +259,33 @@ def test_registration_validation(client: TestClient) -> None:
     assert stored == {k: v for k, v in facts.items() if v is not None}
     response = client.post(f"{AGENTS}/register", json={**registration(), "address": "h\x00:1"})
     assert response.status_code == 422 and "NUL" in response.json()["message"]
+
+
+@pytest.mark.parametrize("address", [
+    "evil\u001b[2J\u001b[H:6", "h1\n2026-01-01 INFO forged line:7443", "h1\r:7443", "h1\u0085:7443",
+    "h1\u200f.example:7443", "h\u00e9.example:7443", "h 1:7443", "h1.example:0", "h1.example:65536",
+    "h1.example:+80", "::1:7443", "[not-v6]:7443", "-h1.example:7443", "h1..example:7443",
+    "a" * 254 + ":7443", ("a" * 64 + ".") * 3 + "b:7443", "x" * 10_000 + ":1"])
+def test_hostile_agent_addresses_are_refused_naming_the_field(client: TestClient, address: str,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    """An address is written into the log, the events and the dashboard: control characters in
+    one rewrote the operator's terminal. It is a host name or IP literal and a port, or 422."""
+    response = client.post(f"{AGENTS}/register", json={**registration(), "address": address})
+    assert response.status_code == 422, response.text
+    (cause,) = response.json()["details"]["causes"]
+    assert cause["field"] == "address" and "HOST:PORT" in cause["message"]
+    assert "\x1b" not in response.text and "\n2026" not in response.text  # not echoed raw either
+    assert client.get(f"{HOSTS}/h1").status_code == 404
+    assert not [r for r in caplog.records if "\x1b" in r.getMessage() or "forged" in r.getMessage()]
+
+
+@pytest.mark.parametrize("address", [
+    "h1.example:7443", "h1:1", "10.0.0.1:65535", "[::1]:7443", "[fe80::1%eth0]:7443", "web_1.local:50051",
+    "a" * 63 + ".example:7443"])
+def test_agent_addresses_a_host_may_have_are_accepted(client: TestClient, address: str) -> None:
+    response = client.post(f"{AGENTS}/register", json={**registration(), "address": address})
+    assert response.status_code == 200, response.text
+    assert client.get(f"{HOSTS}/h1").json()["spec"]["address"] == address
 
 
 def test_delete_host(client: TestClient) -> None:

@@ -40,6 +40,7 @@ from stortune.api.agent import CONTROL_PLANE_NAME, wire
 from stortune.api.agent import observed as observed_values
 from stortune.api.agent.tlsfiles import TLSError, TLSFiles
 from stortune.schemas import stripecache
+from stortune.schemas.endpoint import check_endpoint
 from stortune.schemas.topology import Topology
 
 log = logging.getLogger("stortune.agent.serve")
@@ -108,14 +109,18 @@ def _with_port(address: str, port: int) -> str:
 
 def advertised_address(bound: str, advertise: str | None) -> str:
     """What the control plane should dial: --advertise, else the bound address with a
-    wildcard host replaced by this host's name."""
+    wildcard host replaced by this host's name. Never one the control plane would refuse
+    (schemas/endpoint.py): the agent would start, then fail every registration."""
     port = int(bound.rpartition(":")[2])
     if advertise:
-        return _with_port(advertise, port) if advertise.endswith(":0") else advertise
-    host = bound.rpartition(":")[0]
-    if host in _WILDCARD_HOSTS:
-        host = socket.getfqdn()
-    return f"{host}:{port}"
+        address = _with_port(advertise, port) if advertise.endswith(":0") else advertise
+    else:
+        host = bound.rpartition(":")[0]
+        address = f"{socket.getfqdn() if host in _WILDCARD_HOSTS else host}:{port}"
+    try:
+        return check_endpoint(address)
+    except ValueError as exc:
+        raise ServeError(f"cannot advertise this address: {exc}; give --advertise HOST:PORT") from None
 
 
 class Agent:

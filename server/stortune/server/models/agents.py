@@ -7,15 +7,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from stortune.schemas.endpoint import MAX_LENGTH, USAGE, check_endpoint
 from stortune.schemas.topology import Topology
 from stortune.server.models.common import Labels, Name, RequestModel
-from stortune.server.settings import split_listen
-
-
-def _endpoint(value: str) -> str:
-    split_listen(value)
-    return value
-
 
 Hash = Annotated[str, Field(max_length=128)]
 #: The digest of the values the agent reads now (stortune.api.agent.observed); hex.
@@ -25,9 +19,9 @@ ObservedDigest = Annotated[str | None, Field(
                 "when it differs from the last one reported, the control plane looks at the host. "
                 "Left out by agents that do not report it; those are asked instead.")]
 MAX_EXTRA_FACTS = 64
-# 253-character host name, brackets of an IPv6 literal, ':' and a port.
-Endpoint = Annotated[str, Field(min_length=3, max_length=261, pattern=r"^\S+:[0-9]{1,5}$"),
-                     AfterValidator(_endpoint)]
+#: Printable and bounded: it is written into the log and the events (schemas/endpoint.py).
+Endpoint = Annotated[str, AfterValidator(check_endpoint),
+                     Field(json_schema_extra={"maxLength": MAX_LENGTH, "description": USAGE})]
 
 
 class AgentFacts(RequestModel):
