@@ -55,7 +55,7 @@ from stortune.schemas.tuning.experiment import (
     check_against_device,
     load_experiments,
 )
-from stortune.schemas.tuning.overlay import overlay_conflicts, overlay_profile
+from stortune.schemas.tuning.overlay import other_device, overlay_conflicts, overlay_profile, shared_ids
 from stortune.schemas.tuning.recommend import recommended_profile
 from stortune.schemas.tuning.space import Measurement, Point, TrialRequest, benchmark_for, failed, measure
 
@@ -205,6 +205,10 @@ class LocalExperiment:
         self.beneath = beneath_of(topology, self.device)
         # Before any trial value is written: the host's own disks take no experiment.
         protection.check(fs, topology, [self.device.name, *(d.name for d in self.beneath)], "experiment")
+        shared = shared_ids(topology, [self.device, *self.beneath])
+        if shared:  # the overlay names devices by stable id: one id must be one device
+            raise TuneError(f"the trial's values would reach other devices too: {'; '.join(shared)}:"
+                            " detach the duplicate, or choose another device")
         problems = check_against_device(exp, self.device, self.beneath, where=exp.name)
         if problems:
             raise DocumentError(problems)
@@ -293,6 +297,10 @@ class LocalExperiment:
         if result is None or (result.state == "cancelled" and self.stop.is_set()):
             self._forget(run_id)
             return None
+        read = result.context.target.device_id if result.context is not None else self.device.id
+        if moved := other_device(self.device, read):  # one evidence set must not mix two devices
+            self._forget(run_id)
+            raise TuneError(f"{moved}; the experiment stopped, its settings are back")
         measured = measure(result, self.exp, request, self.host)
         self._forget(run_id)
         return self._done(request, measured, began, result)
