@@ -16,7 +16,7 @@ import yaml
 from stortune.cli import bench
 from stortune.cli.client import BenchmarkRun, Client
 from stortune.cli.render import Output
-from stortune.schemas.topology import Device, DeviceKind
+from stortune.schemas.topology import Device, DeviceKind, Mount
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.agentclient import AgentRejected, FakeAgentClients
 from tests.cli.conftest import ControlPlane, Run, raid_volume, serve
@@ -124,6 +124,22 @@ def test_an_invalid_spec_names_the_field_and_sends_nothing(stortune: Run, fleet:
     assert stortune("bench", "list").err.strip() == "No benchmark runs found."
     missing = stortune("bench", "run", "-f", str(tmp_path / "nope.yaml"))
     assert missing.code == 1 and "nope.yaml" in missing.err
+
+
+def test_hostile_a_dry_run_write_on_the_mounted_root_disk_is_refused_and_exit_1(
+        stortune: Run, control_plane: ControlPlane, tmp_path: Path) -> None:
+    vda = Device(name="vda", kind=DeviceKind.DISK, id="name:vda", devno="254:0",
+                 mounts=[Mount(mountpoint="/", fstype="ext4", source="/dev/vda", options=["rw"])])
+    control_plane.register("web-1", {"role": "streamer"}, devices=[vda])
+    spec = spec_file(tmp_path)
+    spec.write_text(spec.read_text().replace("kind: [disk], name: [sda]", "name: [vda]"))
+    shown = stortune("bench", "run", "--dry-run", "-f", str(spec))
+    assert shown.code == 1, shown.out + shown.err
+    assert "web-1: refused: vda holds /: a protected device, no benchmark runs on it" in shown.err
+    assert "web-1: refused: vda is mounted at / (ext4)" in shown.err
+    as_json = stortune("bench", "run", "--dry-run", "-f", str(spec), "-o", "json")
+    assert as_json.code == 1 and len(json.loads(as_json.out)["hosts"][0]["refusals"]) == 2
+    assert stortune("bench", "list").err.strip() == "No benchmark runs found."
 
 
 def test_dry_run_shows_the_steps(stortune: Run, fleet: ControlPlane, tmp_path: Path) -> None:

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from fastapi import FastAPI
 
+from stortune.schemas.protection import HOW_TO_CHANGE
+from stortune.schemas.topology import Device, DeviceKind, Mount, Topology
 from stortune.server.agentclient import (
     AgentBusy,
     AgentRejected,
@@ -318,6 +320,24 @@ def test_invalid_requests_name_the_field(client: TestClient) -> None:
     assert client.get(f"{RUNS}/bad%20id").status_code == 404
 
 
+def test_hostile_a_dry_run_on_the_root_disk_names_the_refusal_the_agent_would_make(
+        client: TestClient) -> None:
+    vda = Device(name="vda", kind=DeviceKind.DISK, id="name:vda", partitions=["vda1"])
+    vda1 = Device(name="vda1", kind=DeviceKind.PARTITION, id="name:vda1", parent="vda",
+                  mounts=[Mount(mountpoint="/", fstype="ext4", source="/dev/vda1", options=["rw"])])
+    body = registration("h3", topology=Topology(hostname="h3", devices=[vda, vda1]))
+    assert client.post(f"{API}/agents/register", json=body).status_code == 200
+    reads = spec_doc(target={"device": {"name": ["vda"]}},
+                     workloads=[{"preset": "stream-32k", "runtime": "1s"}])
+    host = client.post(RUNS, json=reads, params={"dryRun": "All", "host": "h3"}).json()["hosts"][0]
+    assert host["refusals"] == ["vda carries vda1, which holds /: a protected device, no benchmark runs on"
+                                f" it ({HOW_TO_CHANGE})"]
+    writes = spec_doc(target={"device": {"name": ["vda"]}})
+    host = client.post(RUNS, json=writes, params={"dryRun": "All", "host": "h3"}).json()["hosts"][0]
+    assert host["refusals"][1:] == ["vda has partitions vda1"]
+    assert client.get(RUNS).json()["items"] == []
+
+
 def test_a_dry_run_shows_the_hosts_and_their_steps(client: TestClient) -> None:
     register(client, "h2", labels={"role": "streamer"})
     response = client.post(RUNS, json=streamers(workloads=[{"preset": "iometer-4k", "runtime": "5s"}]),
@@ -326,7 +346,7 @@ def test_a_dry_run_shows_the_hosts_and_their_steps(client: TestClient) -> None:
     body = response.json()
     assert body["kind"] == "BenchmarkRunDryRun" and [h["host"] for h in body["hosts"]] == ["h1", "h2"]
     h1 = body["hosts"][0]
-    assert h1["target"] == "loop0" and h1["problems"] == []
+    assert h1["target"] == "loop0" and h1["problems"] == [] and h1["refusals"] == []
     assert [(s["name"], s["iodepth"], s["runtime"]) for s in h1["steps"]] == [
         ("iometer-4k/randread", 4, 5.0), ("iometer-4k/randwrite", 4, 5.0), ("iometer-4k/oltp", 4, 5.0)]
     assert client.get(RUNS).json()["items"] == []  # nothing queued

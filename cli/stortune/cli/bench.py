@@ -223,20 +223,24 @@ def _run(args: argparse.Namespace, client: Client, out: Output) -> int:
     as_document = args.output != "table"
     if args.dry_run:
         preview = client.preview_benchmarks(document, host=args.host)
+        # A refusal the run would meet fails the dry run too (exit 1), as the agent's own does.
+        refused = any(h.get("refusals") for h in _dicts(preview.get("hosts")))
         if as_document:
             out.dump(preview, args.output)
-            return EXIT_OK
+            return EXIT_ERROR if refused else EXIT_OK
         for host in _dicts(preview.get("hosts")):
             out.line(f"host/{host.get('host')}: target {host.get('target') or '?'}", "bold")
             for problem in host.get("problems") or []:
                 out.warn(f"{host.get('host')}: {problem}")
+            for refusal in host.get("refusals") or []:
+                out.error(f"{host.get('host')}: refused: {refusal}")
             out.table(["STEP", "PATTERN", "BLOCK", "IODEPTH", "JOBS", "DIRECT", "RUNTIME", "REPEATS"], [
                 [str(s.get("name")), str(s.get("pattern")), str(s.get("block_size") or "split"),
                  str(s.get("iodepth")), str(s.get("numjobs")), str(s.get("direct")),
                  f"{s['runtime']:g}s" if isinstance(s.get("runtime"), int | float) else "-",
                  str(s.get("repeats"))]
                 for s in _dicts(host.get("steps"))], indent=2)
-        return EXIT_OK
+        return EXIT_ERROR if refused else EXIT_OK
     queued = client.start_benchmarks(document, host=args.host)
     runs = queued.items
     # With -o json|yaml stdout holds the document alone: what goes by is said on stderr.

@@ -100,6 +100,10 @@ class HostSteps(BaseModel):
     target: str | None = Field(description="The device (or file) found in the host's last topology")
     steps: list[WorkloadStep]
     problems: list[str] = Field(default_factory=list)
+    refusals: list[str] = Field(default_factory=list, description=(
+        "Why the agent would refuse the run, as far as the host's last topology tells: a protected"
+        " device (holding /, /boot or /var), an unsafe write. The agent checks again, with its own"
+        " flags and wipefs, when the run starts"))
 
 
 class RunDryRun(BaseModel):

@@ -16,17 +16,19 @@ from __future__ import annotations
 import json
 import secrets
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
 
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, defer
 
+from stortune.schemas import protection
 from stortune.schemas.bench.results import TERMINAL_STATES, BenchmarkResult
+from stortune.schemas.bench.safety import write_refusals
 from stortune.schemas.bench.spec import BenchmarkSpec, parse_benchmark
 from stortune.schemas.bench.steps import TargetFacts, WorkloadStep
-from stortune.schemas.bench.target import facts
+from stortune.schemas.bench.target import beneath, facts
 from stortune.schemas.documents import DocumentError
 from stortune.schemas.matching import mismatch
 from stortune.schemas.profile import LabelSelector
@@ -104,6 +106,8 @@ class HostPreview:
     target: str | None
     steps: list[WorkloadStep]
     problems: list[str]
+    #: What the agent would refuse, as far as the host's last topology tells (the run would fail).
+    refusals: list[str] = field(default_factory=list)
 
 
 def _target(spec: BenchmarkSpec, topology: Topology | None) -> tuple[str | None, TargetFacts, list[str]]:
@@ -130,8 +134,22 @@ def preview(session: Session, spec: BenchmarkSpec, names: Sequence[str]) -> list
         raw = session.scalar(select(Host.topology).where(Host.name == name))
         topology = hosts.stored_topology(raw)
         target, target_facts, problems = _target(spec, topology)
-        out.append(HostPreview(name, target, spec.steps(target_facts), problems))
+        steps = spec.steps(target_facts)
+        refused = _refusals(spec, topology, target, steps) if topology is not None and target else []
+        out.append(HostPreview(name, target, steps, problems, refused))
     return out
+
+
+def _refusals(spec: BenchmarkSpec, topology: Topology, target: str,
+              steps: Sequence[WorkloadStep]) -> list[str]:
+    """The agent's refusals a topology answers: the same functions the agent calls. The host's own
+    --protect-* flags and the signatures wipefs finds are the agent's to add when the run starts."""
+    dev = topology.device(target) if spec.spec.target.device is not None else None
+    if dev is None:
+        return []
+    found = protection.refusals(protection.protected_devices(topology, protection.Protection()),
+                                [b.device for b in beneath(topology, target)], "benchmark")
+    return found + write_refusals(dev, steps, spec.spec.allowDestructive)
 
 
 # -- runs: creating, reading, cancelling ---------------------------------------------------------

@@ -137,7 +137,8 @@ def create_runs(
         response.status_code = status.HTTP_200_OK
         previews = benchmarks.preview(session, spec, names)
         return RunDryRun(benchmark=spec.document(), hosts=[
-            HostSteps(host=p.host, target=p.target, steps=p.steps, problems=p.problems) for p in previews])
+            HostSteps(host=p.host, target=p.target, steps=p.steps, problems=p.problems, refusals=p.refusals)
+            for p in previews])
     rows = benchmarks.create_runs(session, spec, names, requested_by=f"{who.name} (token {who.token_id})",
                                   now=now)
     dispatch.wake()
