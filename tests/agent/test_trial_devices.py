@@ -22,11 +22,11 @@ from stortune.agent.serve import Agent, ServeOptions
 from stortune.schemas.documents import parse_profile
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.tuning.overlay import overlay_profile
-from tests.loopdev import fresh_loop
 
 pytestmark = [pytest.mark.root]
 
 Start = Callable[[KernelFS, Path], None]
+Loops = Callable[[], contextlib.AbstractContextManager[str]]  # the fresh_loops fixture (tests/loopdev.py)
 
 
 def _daemon(fs: KernelFS, state: Path) -> None:
@@ -98,11 +98,9 @@ def _desired_state(fs: KernelFS, state: Path, name: str, value: int) -> StorageP
 
 @pytest.mark.parametrize("start", STARTS, ids=["daemon", "serve"])
 def test_hostile_loop_devices_swapped_while_the_agent_was_down_keep_the_trial_off_the_other_device(
-        tmp_path: Path, start: Start) -> None:
-    if not Path("/dev/loop-control").exists():
-        pytest.skip("loop devices need /dev/loop-control")
+        tmp_path: Path, fresh_loops: Loops, start: Start) -> None:
     fs, state = KernelFS.at(), tmp_path / "state"
-    with fresh_loop(tmp_path) as first, fresh_loop(tmp_path) as second:
+    with fresh_loops() as first, fresh_loops() as second:
         _set_ra(second, 2560)
         a_image, b_image = _backing(first), _backing(second)
         _desired_state(fs, state, first, 16)  # a trial's values on a.img's device, loop `first`
@@ -122,11 +120,9 @@ def test_hostile_loop_devices_swapped_while_the_agent_was_down_keep_the_trial_of
 
 @pytest.mark.parametrize("start", STARTS, ids=["daemon", "serve"])
 def test_hostile_an_agent_starting_with_a_trial_overlay_puts_the_values_back_before_anything_else(
-        tmp_path: Path, start: Start) -> None:
-    if not Path("/dev/loop-control").exists():
-        pytest.skip("loop devices need /dev/loop-control")
+        tmp_path: Path, fresh_loops: Loops, start: Start) -> None:
     fs, state = KernelFS.at(), tmp_path / "state"
-    with fresh_loop(tmp_path) as name:
+    with fresh_loops() as name:
         _set_ra(name, 512)  # the device's own value, before any profile
         overlay = _desired_state(fs, state, name, 16)
         start(fs, state)  # no control plane confirms the experiment
