@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from stortune.server.auth import Role
 from stortune.server.models.tokens import TokenCreate
 from stortune.server.services import tokens
+from stortune.server.statedir import make_private_dir
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ def ensure_first_tokens(sessions: sessionmaker[Session], state_dir: Path, now: d
                                        now=now, commit=False)
             path = state_dir / filename
             # The file first: a token committed without it would be one nobody can use.
-            state_dir.mkdir(parents=True, exist_ok=True)
+            make_private_dir(state_dir)
             write_secret(path, secret)
             session.commit()
         log.warning("no active %s token existed: made token %s and wrote its secret to %s (mode 0600)",

@@ -37,6 +37,7 @@ from stortune.server.settings import (
     Settings,
     default_db_url,
 )
+from stortune.server.statedir import make_private_dir
 
 #: The environment variable holding --stripe-cache-ram-share (deploy/stortune-server.default).
 RAM_SHARE_ENV = "STORTUNE_STRIPE_CACHE_RAM_SHARE"
@@ -221,7 +222,7 @@ def _db_url(args: argparse.Namespace) -> str:
     from_env = os.environ.get(DB_ENV, "").strip()
     if from_env:
         return from_env
-    args.state_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(args.state_dir)
     return default_db_url(args.state_dir)
 
 

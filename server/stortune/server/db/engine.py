@@ -13,11 +13,14 @@ committed in between.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.orm import Session, sessionmaker
+
+from stortune.server import statedir
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 #: Threads that may hold a connection at once: the API's threadpool (app.py sets
@@ -25,6 +28,23 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 API_THREADS = 16
 POOL_SIZE = API_THREADS  # connections kept open: one per API thread, none reopened per request
 POOL_OVERFLOW = API_THREADS + 32 - POOL_SIZE
+
+
+#: SQLite's own files beside the database (its write-ahead log and shared-memory index).
+SQLITE_COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def private_sqlite_file(url: str) -> None:
+    """The database file of a SQLite URL, and the directories made for it, readable by this user
+    alone (statedir.py). SQLite makes its WAL and index with the database's mode."""
+    database = make_url(url).database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    statedir.make_private_dir(path.parent)
+    statedir.make_private_file(path)
+    for suffix in SQLITE_COMPANIONS:  # left from a start before this one
+        statedir.restrict(path.with_name(path.name + suffix))
 
 
 def make_engine(url: str) -> Engine:
@@ -36,6 +56,8 @@ def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         if url in ("sqlite://", "sqlite:///:memory:"):
             pool = {}  # one connection per thread (SingletonThreadPool) for an in-memory database
+        else:
+            private_sqlite_file(url)
         engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **pool)
         _configure_sqlite(engine)
         return engine
