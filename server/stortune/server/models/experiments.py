@@ -129,6 +129,13 @@ class HostPlan(BaseModel):
     parameters: list[ParameterSpace]
     gridSize: int = Field(description="Points of the full grid")
     estimatedTrials: int = Field(description="Trials the search will probably take (budget included)")
+    trialSeconds: float = Field(description="One trial's benchmark: the workloads' runtime and rampTime")
+    estimatedSeconds: float = Field(description=(
+        "About how long the experiment holds the host: estimatedTrials x trialSeconds, at most"
+        " durationSeconds"))
+    durationSeconds: float = Field(description=(
+        "spec.budget.duration: the host is given back by then at the latest, a trial still running"
+        " stopped"))
     trials: list[PlannedTrial] = Field(description=(
         "The order of trials if every point measured the same: the search adapts to what it measures"))
 

@@ -78,6 +78,10 @@ class Cancelled(Exception):
     """The experiment was cancelled while the driver waited on its agent."""
 
 
+class DeadlinePassed(Exception):
+    """budget.duration ran out while the driver waited on its agent."""
+
+
 @dataclass
 class _Held:
     """What the driver keeps about a host it owns for an experiment."""
@@ -326,12 +330,15 @@ class ExperimentDriver:
                    if r.state in ("done", "failed") and r.measurement is not None]
         engine = evidence.engine_for(held.exp, held.baseline, history, active.seed, held.members)
         started = active.started_at or self._clock()
+        deadline = results.deadline_of(held.exp, started)
         pending = next((r for r in rows if r.state in ("queued", "running")), None)
         while True:
             # A trial in flight is followed to its end first: _wait_run stops it when cancelled.
             if pending is None and await asyncio.to_thread(store.cancel_requested, self._sessions,
                                                            active.experiment):
                 return "cancelled"
+            if pending is None and self._clock() >= deadline:
+                return results.DEADLINE
             if pending is not None:  # a trial a restarted server finds in flight: follow its run
                 request = TrialRequest(index=pending.index, point=dict(pending.point),
                                        purpose=pending.purpose,
@@ -341,15 +348,18 @@ class ExperimentDriver:
                 run_id, pending = pending.run_id, None
             else:
                 elapsed = (self._clock() - started).total_seconds()
-                next_request = engine.next(elapsed_s=elapsed)
+                next_request = engine.next(elapsed_s=results.search_elapsed(
+                    held.exp, elapsed, len(engine.measurements)))
                 if next_request is None:
                     return engine.finished_reason or "done"
                 request = next_request
                 run_id = trial_run_id(active.experiment, active.host_index, request.index)
                 try:
-                    refused = await self._set_values(held, request, run_id)
+                    refused = await self._set_values(held, request, run_id, deadline)
                 except Cancelled:
                     return "cancelled"
+                except DeadlinePassed:
+                    return results.DEADLINE
                 if refused is not None:
                     await self._record(held, engine, failed(request, refused, active.host, run_id),
                                        ran=False)
@@ -360,7 +370,7 @@ class ExperimentDriver:
                                         run_id=run_id, spec=spec,
                                         progress=evidence.progress_doc(engine, request), now=self._clock())
                 self.benchmarks.wake()
-            result, message = await self._wait_run(run_id)
+            result, message = await self._wait_run(run_id, deadline)
             if result is None:
                 measured = failed(request, message, active.host, run_id)
             elif moved := other_device(held.device, _read_id(result)):
@@ -397,7 +407,8 @@ class ExperimentDriver:
         log.info("experiment %s on %s: trial %d %s %s", active.experiment, active.host, measured.index + 1,
                  "ok" if measured.ok else "failed", measured.message)
 
-    async def _set_values(self, held: _Held, request: TrialRequest, run_id: str) -> str | None:
+    async def _set_values(self, held: _Held, request: TrialRequest, run_id: str, deadline: datetime
+                          ) -> str | None:
         """Apply the desired profiles plus the trial's overlay; None, or why the agent refused."""
         overlay = overlay_profile(held.exp.name, request.point, held.device, held.beneath)
         profiles = [*held.profiles, overlay]
@@ -430,11 +441,14 @@ class ExperimentDriver:
             attempts += 1
             if await asyncio.to_thread(store.cancel_requested, self._sessions, held.active.experiment):
                 raise Cancelled
+            if self._clock() >= deadline:
+                raise DeadlinePassed
 
-    async def _wait_run(self, run_id: str) -> tuple[BenchmarkResult | None, str]:
-        """Follow the trial's benchmark run to its end: (its result, or None and why not)."""
+    async def _wait_run(self, run_id: str, deadline: datetime) -> tuple[BenchmarkResult | None, str]:
+        """Follow the trial's benchmark run to its end: (its result, or None and why not). A cancel,
+        or the deadline, stops the run (the agent kills fio) and waits for it to end."""
         assert self._runs is not None
-        cancel_sent = False
+        cancel_sent = late = False
         while True:
             self._runs.clear()
             row, cancel = await asyncio.to_thread(store.run_state, self._sessions, run_id)
@@ -443,8 +457,10 @@ class ExperimentDriver:
             if row.state in TERMINAL_STATES:
                 if row.state == "done" and row.result is not None:
                     return BenchmarkResult.model_validate(row.result), ""
-                return None, f"benchmark run {run_id} {row.state}: {row.message}"
-            if cancel and not cancel_sent:
+                why = f"benchmark run {run_id} {row.state}: {row.message}"
+                return None, f"stopped at the deadline (spec.budget.duration): {why}" if late else why
+            late = late or (not cancel and self._clock() >= deadline)
+            if (cancel or late) and not cancel_sent:
                 await asyncio.to_thread(store.cancel_run, self._sessions, run_id, self._clock())
                 self.benchmarks.cancel(run_id)
                 self.benchmarks.wake()
@@ -467,8 +483,9 @@ class ExperimentDriver:
         await asyncio.to_thread(store.begin_restore, self._sessions, active.experiment, active.host,
                                 message=results.ending_message(state, why), progress=progress,
                                 now=self._clock())
-        if state == "done" and held.exp.spec.applyResult:
-            await self._keep_winner(held)
+        kept = ""
+        if state == "done" and held.exp.spec.applyResult and why != results.DEADLINE:
+            kept = await self._keep_winner(held)
         attempts = 0
         while True:
             try:
@@ -490,25 +507,31 @@ class ExperimentDriver:
             await asyncio.sleep(self._delay(attempts))
             attempts += 1
         outcome = await asyncio.to_thread(evidence.stored_outcome, self._sessions, active.experiment)
-        await self._release(active, outcome, state, results.ending_message(state, why))
+        await self._release(active, outcome, state, results.ending_message(state, why) + kept)
 
-    async def _keep_winner(self, held: _Held) -> None:
+    async def _keep_winner(self, held: _Held) -> str:
         """applyResult: the recommendation becomes a stored StorageProfile, so the reconciler keeps
         enforcing it (an overlay would be undone); nothing when the advice is to keep the current
-        settings, or, for a fleet, when the result does not hold on every host."""
-        outcome = await asyncio.to_thread(evidence.stored_outcome, self._sessions, held.active.experiment)
+        settings, or, for a fleet, when the result does not hold on every host. -> '' or, for the
+        ending message, why it was not stored (a profile of that name appeared meanwhile ...)."""
+        experiment = held.active.experiment
+        outcome = await asyncio.to_thread(evidence.stored_outcome, self._sessions, experiment)
         if outcome is None:
-            return
+            return ""
         try:
             stored = await asyncio.to_thread(results.keep_recommendation, self._sessions, held.exp, outcome,
-                                             device=held.device, beneath=held.beneath, now=self._clock())
+                                             experiment_id=experiment, device=held.device,
+                                             beneath=held.beneath, now=self._clock())
         except Exception as exc:  # the recommendation stays in the outcome; the host goes back anyway
-            log.warning("experiment %s: the recommended profile was not stored: %s",
-                        held.active.experiment, exc)
-            return
-        if stored:
-            log.info("experiment %s: recommended profile %s stored (applyResult)",
-                     held.active.experiment, stored)
+            log.warning("experiment %s: the recommended profile was not stored: %s", experiment, exc)
+            return f"; the recommended profile was not stored: {exc}"
+        if stored is None:
+            return ""
+        if stored.refused:
+            log.warning("experiment %s: profile %s not stored: %s", experiment, stored.name, stored.refused)
+            return f"; the recommended profile {stored.name} was not stored: {stored.refused}"
+        log.info("experiment %s: recommended profile %s stored (applyResult)", experiment, stored.name)
+        return ""
 
     async def _release(self, active: ActiveHost, outcome: Mapping[str, Any] | None, state: str,
                        message: str) -> None:

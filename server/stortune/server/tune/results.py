@@ -4,7 +4,7 @@ trial's values, and the words a host's end is recorded with."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy.orm import Session, sessionmaker
@@ -17,8 +17,7 @@ from stortune.schemas.topology import Device
 from stortune.schemas.tuning.evidence import Outcome
 from stortune.schemas.tuning.experiment import TuningExperiment, baseline_point
 from stortune.schemas.tuning.recommend import recommended_profile
-from stortune.server.errors import NotFound
-from stortune.server.services import profiles
+from stortune.server.services import experiment_results
 
 #: Marks the profiles an experiment stored (applyResult), as `stortune apply` marks its own.
 MANAGED_BY = "stortune.dev/managed-by"
@@ -68,16 +67,35 @@ def values_not_in_effect(result: BenchmarkResult, point: Mapping[str, Value], de
     return "; ".join(wrong)
 
 
+def deadline_of(exp: TuningExperiment, started: datetime) -> datetime:
+    """When the host must be given back: budget.duration after it was taken."""
+    return started + timedelta(seconds=exp.spec.budget.duration)
+
+
+def search_elapsed(exp: TuningExperiment, elapsed_s: float, trials_done: int) -> float:
+    """The elapsed time the engine judges budget.duration by: the time spent plus what the closing
+    runs (confirmation and end baseline) will take at the pace so far (at least the workloads'
+    runtime), so that the search stops in time for them to end before the deadline."""
+    pace = max(exp.spec.trial_seconds(), elapsed_s / trials_done if trials_done else 0.0)
+    return elapsed_s + (exp.spec.confirm_runs + exp.spec.baseline_runs) * pace
+
+
 def report_text(report: Mapping[str, Any]) -> str:
     messages = [str(m) for m in report.get("messages", [])]
     title = str(report.get("title", "apply failed"))
     return f"{title}: {'; '.join(messages[:3])}" if messages else title
 
 
+#: Why a host ended when its experiment's budget.duration ran out with a trial still to run or
+#: running: the trial is stopped and the host given back, whatever the search had left.
+DEADLINE = "budget-deadline"
+
 _ENDINGS = {
     "done": "done: the search is complete",
     "budget-trials": "done: the trial budget is spent",
     "budget-duration": "done: the time budget is spent",
+    DEADLINE: "done: the time budget ran out (spec.budget.duration): the trial running was stopped and"
+              " the host put back",
     "cancelled": "cancelled",
 }
 
@@ -89,9 +107,10 @@ def ending_message(state: str, why: str) -> str:
 
 
 def keep_recommendation(sessions: sessionmaker[Session], exp: TuningExperiment, outcome: Mapping[str, Any],
-                        *, device: Device, beneath: Sequence[Device], now: datetime) -> str | None:
-    """Store the recommended profile (create, or replace the one an earlier run stored); its name,
-    or None when there is nothing to keep."""
+                        *, experiment_id: str, device: Device, beneath: Sequence[Device], now: datetime
+                        ) -> experiment_results.Stored | None:
+    """Store the recommended profile as the experiment's creator (experiment_results.store: never
+    over a profile the document does not name knowingly); None when there is nothing to keep."""
     if outcome.get("holdsEverywhere") is False:
         return None
     core = Outcome.model_validate({k: v for k, v in outcome.items() if k in Outcome.model_fields})
@@ -101,13 +120,7 @@ def keep_recommendation(sessions: sessionmaker[Session], exp: TuningExperiment, 
     profile = profile.model_copy(update={"metadata": profile.metadata.model_copy(update={
         "annotations": {**profile.metadata.annotations, MANAGED_BY: "stortune-experiment"}})})
     with sessions() as session:
-        try:
-            profiles.get(session, profile.name)
-        except NotFound:
-            profiles.create(session, profile, now)
-        else:
-            profiles.replace(session, profile.name, profile, now)
-    return profile.name
+        return experiment_results.store(session, exp, experiment_id, profile, now)
 
 
 def profile_of(exp: TuningExperiment, outcome: Mapping[str, Any] | None, host_rows: Sequence[Any]

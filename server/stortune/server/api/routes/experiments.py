@@ -38,7 +38,7 @@ from stortune.server.models.experiments import (
     ParameterSpace,
     PlannedTrial,
 )
-from stortune.server.services import experiments, hosts
+from stortune.server.services import experiment_results, experiments, hosts
 from stortune.server.tune import charts, evidence, results
 
 router = APIRouter(prefix="/experiments", tags=["experiments"])
@@ -110,9 +110,12 @@ def _plans(session: SessionDep, exp: TuningExperiment, names: list[str]) -> list
         estimate, planned = evidence.plan_trials(exp, baseline, exp.spec.seed, members)
         from stortune.schemas.tuning.experiment import grid_size
 
+        trial_s, duration = exp.spec.trial_seconds(), exp.spec.budget.duration
         out.append(HostPlan(
             host=target.host, device=target.device.name, beneath=[d.name for d in target.beneath],
             baseline=baseline, gridSize=grid_size(exp.spec.parameters), estimatedTrials=estimate,
+            trialSeconds=trial_s, estimatedSeconds=min(estimate * trial_s, duration),
+            durationSeconds=duration,
             parameters=[ParameterSpace(key=p.key, values=p.choices()) for p in exp.spec.parameters],
             trials=[PlannedTrial(index=t.index, point=t.point, purpose=t.purpose, reason=t.reason)
                     for t in planned]))
@@ -121,7 +124,7 @@ def _plans(session: SessionDep, exp: TuningExperiment, names: list[str]) -> list
 
 @router.post("", status_code=status.HTTP_201_CREATED,
              dependencies=[RateLimited("experiments", per_minute=SUBMISSIONS_PER_MINUTE)],
-             responses={**BAD_REQUEST, **TOO_MANY,
+             responses={**BAD_REQUEST, **TOO_MANY, **CONFLICT,
                         200: {"model": ExperimentDryRun, "description": "Dry run"}})
 def create_experiment(
     *, who: Runner, body: DocumentDep, session: SessionDep, now: NowDep, request: Request,
@@ -134,6 +137,7 @@ def create_experiment(
     note_resource(request, f"experiments/{exp.name}")
     names = experiments.select_hosts(session, exp, who.hosts)
     plans = _plans(session, exp, names)  # resolves each host's device: 422 before anything is stored
+    experiment_results.check_result_name(session, exp)  # 409: applyResult would replace a profile unasked
     if dry_run:
         response.status_code = status.HTTP_200_OK
         return ExperimentDryRun(experiment=exp.document(), hosts=plans)
