@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from stortune.agent.diagnostics import ToolRunner, collect, commands
+from stortune.agent.diagnostics import ToolRunner, collect, commands, save
 from stortune.agent.discovery import discover
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas.bundle import Bundle, pack, unpack, verify
-from stortune.schemas.redact import RedactionMapping, redact
+from stortune.schemas.redact import KINDS, RedactionMapping, redact
 from stortune.schemas.topology import Device, DeviceKind, Topology
 from tests.fixtures.diag_hosts import DATA, DIAG_HOSTS, DiagHost, build, tree_state, write_script
 
@@ -290,7 +290,8 @@ def test_a_bundle_from_this_machine_is_complete_and_verifiable() -> None:
     redacted, mapping = redact(bundle)
     data = pack(redacted)
     manifest = check_complete(data)
-    assert manifest["redaction"]["kinds"] == ["hostname", "ip", "mac", "serial", "wwn"]
+    assert manifest["redaction"]["kinds"] == list(KINDS)
+    assert {"path", "bootid", "address"} <= set(KINDS)
     assert unpack(data).files == redacted.files
     # serials too short to be told from words and numbers are left (docs/diagnostics.md)
     clear = [v for d in topo.devices for v in (d.serial, d.wwn)
@@ -300,3 +301,42 @@ def test_a_bundle_from_this_machine_is_complete_and_verifiable() -> None:
     if topo.hostname:
         assert redacted.info.host == token_for(mapping, topo.hostname)
         assert json.loads(redacted.files["topology.json"])["hostname"] == redacted.info.host
+
+
+def test_hostile_a_loop_devices_backing_file_and_a_boot_id_leave_no_trace(tmp_path: Path) -> None:
+    from tests.fixtures.sysfs_builder import SysfsBuilder
+
+    backing = "/home/alice/acme-corp/q3-forecast.img"
+    boot_id = "5f1c2a9e-7b3d-4e8f-a1c2-9d8e7f6a5b4c"
+    b = SysfsBuilder(tmp_path / "host", hostname="db01")
+    b.loop(4, size=131072, backing_file=backing)
+    b.write("sys/kernel/random/boot_id", boot_id, base=b.proc)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    # lsblk and losetup print the backing file under their own keys; a tool's log names the boot id
+    lsblk = f'{{"blockdevices": [{{"name": "loop4", "back-file": "{backing}"}}]}}'
+    write_script(bin_dir / "lsblk", f"echo '{lsblk}'")
+    write_script(bin_dir / "dmesg", f"echo '[    0.0] loop4: detected capacity change; boot_id: {boot_id}'")
+    fs = b.finish()
+    bundle = collect(fs, tools=ToolRunner([bin_dir], timeout=10), now=NOW)
+    assert backing.encode() in b"".join(bundle.files.values())  # what redaction must find
+    redacted, mapping = redact(bundle, known=[("bootid", boot_id)])
+    everything = b"".join([*redacted.files.values(), *(p.encode() for p in redacted.files)])
+    assert backing.encode() not in everything and b"acme-corp" not in everything
+    assert boot_id.encode() not in everything and boot_id.upper().encode() not in everything
+    token = next(t for t, v in mapping.values["path"].items() if v == backing)
+    topology = json.loads(redacted.files["topology.json"])
+    assert next(d["id"] for d in topology["devices"] if d["name"] == "loop4") == f"loop:{token}"
+    assert redacted.info.redaction is not None and redacted.info.redaction.masked["bootid"].values == 1
+    # `stortune-agent diag` knows its own boot id; under a key, any boot id is found unasked
+    written, _, _ = save.diagnose(fs, ToolRunner([bin_dir], timeout=10), tmp_path / "b.tar.gz")
+    assert boot_id.encode() not in b"".join(written.files.values())
+    assert list(redact_text_mapping(f'{{"boot_id": "{boot_id}"}}').values["bootid"].values()) == [boot_id]
+
+
+def redact_text_mapping(text: str) -> RedactionMapping:
+    from stortune.schemas.redact import Redactor
+
+    redactor = Redactor()
+    assert redactor.redact_text(text) == '{"boot_id": "BOOT-0001"}'
+    return redactor.mapping

@@ -256,7 +256,7 @@ def test_bundle_redaction_is_consistent_across_files_manifest_and_paths() -> Non
     assert red.files["commands/raw.bin"] == server_bundle().files["commands/raw.bin"]
     assert red.info.redaction is not None
     assert red.info.redaction.not_redacted == ["commands/raw.bin"]
-    assert red.info.redaction.kinds == ["hostname", "ip", "mac", "serial", "wwn"]
+    assert red.info.redaction.kinds == ["hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address"]
     masked = {k: (m.values, m.occurrences) for k, m in red.info.redaction.masked.items()}
     assert masked["hostname"] == (1, 5)  # topology, status file, its origin, manifest host, a failure
     assert set(masked) == {"hostname", "serial", "wwn"}

@@ -214,3 +214,26 @@ def test_a_bundle_redacted_while_another_numbers_the_same_tokens_is_redone(
     assert mine["token"] not in taken
     topology = next(b for n, b in archive(response.content).items() if n.endswith("/topology.json"))
     assert mine["token"] in topology.decode() and leaks(archive(response.content), streamer.sensitive()) == []
+
+
+def test_hostile_the_boot_id_and_the_agents_loopback_address_are_masked(
+        app: FastAPI, streamer: Streamer) -> None:
+    boot_id = "0b5e4f3c-1111-4222-8333-444455556666"
+    address = "127.0.0.1:47113"  # no hostname or routable IP in it: it was sent in clear
+    app.state.agents.for_address(address).diagnostics = streamer.bundle
+    with admin_client(app) as client:
+        registered = client.post(f"{API}/agents/register", json={
+            "name": "loopy", "address": address, "labels": {"role": "streamer"},
+            "facts": {"kernel": "6.1.0", "hostname": "loopy", "boot_id": boot_id},
+            "topology_hash": streamer.topology.structure_hash(),
+            "topology": streamer.topology.model_dump(mode="json")})
+        assert registered.status_code == 200, registered.text
+        finished_run(app, "loopy", streamers("with-context"))
+        response = client.get(f"{API}/hosts/loopy/diagnostics")
+        assert response.status_code == 200, response.text
+        files = archive(response.content)
+        clear = archive(client.get(f"{API}/hosts/loopy/diagnostics", params={"redact": "false"}).content)
+        kinds = {r["value"]: r["kind"] for r in client.get(f"{API}/redactions").json()["items"]}
+    assert sum(body.count(boot_id.encode()) for body in clear.values()) >= 2  # what was masked
+    assert leaks(files, {boot_id, address, "47113"}) == []
+    assert kinds[boot_id] == "bootid" and kinds[address] == "address"

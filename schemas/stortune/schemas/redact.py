@@ -1,13 +1,15 @@
-"""Redaction of a diagnostics bundle: hostnames, IP and MAC addresses, serial numbers, WWNs.
+"""Redaction of a diagnostics bundle: hostnames, IP and MAC addresses, serial numbers, WWNs,
+loop devices' backing files, boot ids and the agent's address.
 
 Pure: text in, text out. ``Redactor.redact(bundle)`` makes two passes over
 every text file, the file paths and the manifest data:
 
 1. detect: the values the caller seeds (the topology's hostname, serials,
-   WWNs and FC port names are seeded from ``topology.json``) plus what the
-   detectors find: values under keys such as ``serial_number``, ``SN``,
-   ``SAS Address`` or ``Host Name``, smartctl's WWN object, NFS/CIFS servers
-   in mountinfo, FQDNs of known hosts, and forms that name themselves
+   WWNs, FC port names and loop devices' backing files are seeded from
+   ``topology.json``) plus what the detectors find: values under keys such as
+   ``serial_number``, ``SN``, ``SAS Address``, ``Host Name``, ``boot_id`` or
+   ``back-file``, smartctl's WWN object, NFS/CIFS servers in mountinfo, FQDNs of known
+   hosts, and forms that name themselves
    (naa./eui. ids, 0x5.../0x21..., colon-separated and multipath wwids, bare WWNs after a
    word naming them such as ``nn``, ``pn`` or ``Path``, IPv4, IPv6, MACs); a bare run of
    hex digits is not a WWN by itself: the topology hash and other digests stay;
@@ -35,12 +37,15 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stortune.schemas.bundle import Bundle, BundleInfo, MaskedKind, RedactionSummary
 from stortune.schemas.topology import Topology
 
-Kind = Literal["hostname", "ip", "mac", "serial", "wwn"]
-KINDS: tuple[Kind, ...] = ("hostname", "ip", "mac", "serial", "wwn")
+Kind = Literal["hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address"]
+KINDS: tuple[Kind, ...] = ("hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address")
 _TOKEN_PREFIX: dict[Kind, str] = {
     "hostname": "HOST", "ip": "IP", "mac": "MAC", "serial": "SERIAL", "wwn": "WWN",
+    # a loop device's backing file names a user, a project, a customer; a boot id and the
+    # agent's HOST:PORT single out one machine as surely as its hostname
+    "path": "PATH", "bootid": "BOOT", "address": "ADDR",
 }
-TOKEN = re.compile(r"(?:HOST|IP|MAC|SERIAL|WWN)-\d{4,}(?!\d)")
+TOKEN = re.compile(r"(?:HOST|IP|MAC|SERIAL|WWN|PATH|BOOT|ADDR)-\d{4,}(?!\d)")
 MAP_FORMAT: Final = "stortune-redaction-map/1"
 TOPOLOGY_FILE = "topology.json"
 
@@ -65,6 +70,9 @@ class RedactionMapping(BaseModel):
 _HEXRUN = re.compile(r"[0-9a-f]+")
 _HOSTNAME = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,62})(?:\.[a-z0-9-]{1,63})*")
 _NOT_HOSTS = frozenset({"localhost", "localhost.localdomain", "(none)", "unknown", "none"})
+_BOOT_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+#: Longer is no backing file or address anyone types; a bound keeps the one regex small.
+_LITERAL_MAX = 4096
 
 
 def wwn_core(value: str) -> str | None:
@@ -147,12 +155,17 @@ _TEXT_PAIR = re.compile(
 _NETFS = re.compile(r" - (?:nfs4?|cifs|smb3|smbfs|glusterfs|ceph|9p) (?P<src>\S+)")
 _SERIAL_KEYS = frozenset({"serial", "sn", "serialno", "serialnum"})
 _WWN_KEYS = frozenset({"wwn", "wwid", "wwnn", "wwpn", "portname", "luwwndeviceid", "logicalunitid"})
+_PATH_KEYS = frozenset({"backfile", "backingfile"})  # lsblk/losetup's BACK-FILE, sysfs' backing_file
 _WWN_WORDS = ("wwn", "wwpn", "wwid")
 
 
 def _key_kind(key: str, value: str) -> Kind | None:
     """What a value is, judged by the key it is printed under (JSON or 'Key: value' text)."""
     k = re.sub(r"[^a-z0-9]", "", key.lower())
+    if k == "bootid":
+        return "bootid"
+    if k in _PATH_KEYS:
+        return "path"
     if k in _SERIAL_KEYS or k.endswith("serialnumber"):
         return "serial"
     # "Port WWN", "fc_wwpn", "Logical Unit WWN Device Identifier" name one too; the value is masked
@@ -272,6 +285,8 @@ class Redactor:
                 self.add("wwn", dev.dm.uuid.removeprefix("mpath-"))
             if dev.scsi_host is not None and dev.scsi_host.fc_port_name:
                 self.add("wwn", dev.scsi_host.fc_port_name)
+            if prefix == "loop":  # discovery names a loop device by its backing file
+                self.add("path", dev.id.partition(":")[2])
 
     @property
     def mapping(self) -> RedactionMapping:
@@ -369,7 +384,7 @@ class Redactor:
                 alts.append(f"(?P<short>(?<![A-Za-z0-9])(?i:{_trie_pattern(self._bounded)})(?![A-Za-z0-9]))")
             alts += [f"(?P<{name}>{pattern})" for name, pattern in _GENERIC[1:]]
             first = {c for w in self._literals for c in (w[0].lower(), w[0].upper())}
-            starts = _GENERIC_FIRST + "HIMSW" + re.escape("".join(sorted(first)))
+            starts = _GENERIC_FIRST + "HIMSWPBA" + re.escape("".join(sorted(first)))
             self._pattern = re.compile(f"(?=[{starts}])(?:{'|'.join(alts)})")
         return self._pattern
 
@@ -433,6 +448,14 @@ class Redactor:
         if kind == "serial":
             serial = " ".join(value.split())
             return ("serial", serial.upper(), serial) if _plausible_serial(serial) else None
+        if kind == "bootid":
+            key = value.lower()
+            return ("bootid", key, value) if _BOOT_ID.fullmatch(key) else None
+        if kind in ("path", "address"):
+            # a path: absolute and more than "/"; an address: HOST:PORT, loopback ones too
+            plain = value.isprintable() and len(value) <= _LITERAL_MAX
+            shaped = len(value) > 1 and value.startswith("/") if kind == "path" else ":" in value
+            return (kind, value, value) if plain and shaped else None
         core = wwn_core(value)
         return None if core is None else ("wwn", core, core)
 
@@ -453,6 +476,8 @@ class Redactor:
             forms += [(original, bounded), (original.replace(" ", "_"), bounded)]
             if len(original) >= 8:  # NVMe wwids without an EUI carry the serial hex-encoded
                 forms.append((original.encode().hex(), False))
+        elif kind in ("path", "bootid", "address"):
+            forms.append((original, True))
         elif kind == "wwn":
             forms.append((key, False))
             if len(key) == 16:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from stortune.agent.diagnostics.collect import collect
 from stortune.agent.kernelfs import KernelFS
+from stortune.agent.local import host_info
 from stortune.agent.tools import ToolRunner
 from stortune.schemas.bundle import Bundle, pack
 from stortune.schemas.redact import RedactionMapping, redact
@@ -35,7 +36,9 @@ def diagnose(fs: KernelFS, tools: ToolRunner, output: Path | None, *,
     bundle = collect(fs, tools=tools)
     mapping: RedactionMapping | None = None
     if redacted:
-        bundle, mapping = redact(bundle)
+        # the boot id is in no file the agent collects, but in what support may hold beside it
+        boot_id = host_info(fs).get("boot_id")
+        bundle, mapping = redact(bundle, known=[("bootid", boot_id)] if boot_id else [])
     target = output or Path(f"{bundle.root}.tar.gz")
     write_private(target, pack(bundle))
     if mapping is None:

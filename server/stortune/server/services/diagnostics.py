@@ -130,6 +130,13 @@ def store_mapping(session: Session, before: RedactionMapping, after: RedactionMa
 def known_values(host: Host) -> Iterable[tuple[Kind, str]]:
     """What identifies the host to the control plane, beyond what the bundle's topology names."""
     yield "hostname", host.name
+    # the whole HOST:PORT the control plane dials (a loopback or link-local host part included)
+    yield "address", host.address
+    if host.boot_id:
+        yield "bootid", host.boot_id
+    boot_id = host.facts.get("boot_id")
+    if isinstance(boot_id, str) and boot_id:
+        yield "bootid", boot_id
     hostname = host.facts.get("hostname")
     if isinstance(hostname, str) and hostname:
         yield "hostname", hostname
