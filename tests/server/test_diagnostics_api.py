@@ -237,3 +237,8 @@ def test_hostile_the_boot_id_and_the_agents_loopback_address_are_masked(
     assert sum(body.count(boot_id.encode()) for body in clear.values()) >= 2  # what was masked
     assert leaks(files, {boot_id, address, "47113"}) == []
     assert kinds[boot_id] == "bootid" and kinds[address] == "address"
+    with admin_client(app) as client:
+        rows = client.get(f"{API}/redactions").json()["items"]
+        token = next(r["token"] for r in rows if r["value"] == address)
+        looked_up = client.get(f"{API}/redactions", params={"token": token})
+    assert looked_up.status_code == 200 and [r["value"] for r in looked_up.json()["items"]] == [address]

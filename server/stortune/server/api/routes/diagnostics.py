@@ -103,7 +103,8 @@ async def download_diagnostics(
 
 
 #: What a redacted bundle holds in place of a value: HOST-0001, WWN-0042...
-RedactionToken = Annotated[str, StringConstraints(pattern=r"^(HOST|IP|MAC|SERIAL|WWN)-[0-9]{4,12}$")]
+RedactionToken = Annotated[str, StringConstraints(
+    pattern=r"^(HOST|IP|MAC|SERIAL|WWN|PATH|BOOT|ADDR)-[0-9]{4,12}$")]
 
 
 @router.get("/redactions")
