@@ -67,6 +67,23 @@ def test_a_bad_experiment_file_is_refused_naming_the_field_and_nothing_is_sent(
     assert stortune("tune", "plot", "x1", "-o", str(tmp_path / "chart.gif")).code == 1
 
 
+def test_hostile_a_runtime_of_a_million_hours_is_refused_and_the_dry_run_says_how_long_a_host_is_held(
+        fleet: ControlPlane, stortune: Run, tmp_path: Path) -> None:
+    endless = exp_file(tmp_path, workloads=[{"preset": "stream-32k", "runtime": "1000000h"}],
+                       budget={"trials": 10_000})
+    for extra in ((), ("--dry-run",)):
+        result = stortune("tune", "run", "-f", str(endless), *extra)
+        assert result.code == 1 and "spec.workloads[0].runtime" in result.err, result.err
+        assert "longer than a day" in result.err
+    assert experiments(fleet) == []
+    bounded = exp_file(tmp_path, budget={"trials": 30, "duration": "10m"})
+    plan = stortune("tune", "run", "-f", str(bounded), "--dry-run")
+    assert plan.code == 0, plan.err
+    (line,) = [x for x in plan.out.splitlines() if x.strip().startswith("time: about")]
+    assert "(1s a trial)" in line and "given back within 10m (spec.budget.duration)" in line, line
+    assert experiments(fleet) == []
+
+
 def test_run_follows_the_experiment_and_hands_back_a_profile_that_applies_in_sync(
         fleet: ControlPlane, stortune: Run, tmp_path: Path, agent: SurfaceAgent) -> None:
     path = exp_file(tmp_path)
