@@ -24,8 +24,7 @@ MAX_NODES = 200_000
 def _loader() -> type[Any]:
     import yaml
     from yaml.composer import ComposerError
-    from yaml.constructor import ConstructorError
-    from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+    from yaml.nodes import MappingNode, Node, SequenceNode
 
     def expanded(root: Node) -> int:
         """Nodes of ``root`` with every alias expanded, counted without expanding them."""
@@ -77,18 +76,49 @@ def _loader() -> type[Any]:
             return node
 
         def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node)
-                if key in seen:
-                    raise ConstructorError("while reading a mapping", node.start_mark,
-                                           f"found duplicate key {key!r:.80}", key_node.start_mark)
-                seen.add(key)
+            _no_duplicate_keys(self, node)
             return super().construct_mapping(node, deep)
 
     return Loader
+
+
+def _no_duplicate_keys(loader: Any, node: Any) -> None:
+    from yaml.constructor import ConstructorError
+    from yaml.nodes import ScalarNode
+
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if not isinstance(key_node, ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise ConstructorError("while reading a mapping", node.start_mark,
+                                   f"found duplicate key {key!r:.80}", key_node.start_mark)
+        seen.add(key)
+
+
+@cache
+def _walked_loader() -> type[Any]:
+    import yaml
+
+    # libyaml's composer when PyYAML has it: the pure-Python one takes seconds for a MiB.
+    base: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class Loader(base):  # type: ignore[misc]
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            _no_duplicate_keys(self, node)
+            result: dict[Any, Any] = super().construct_mapping(node, deep)
+            return result
+
+    return Loader
+
+
+def load_all_walked(data: bytes) -> list[Any]:
+    """Every document of ``data``, duplicate keys refused, for input whose events the caller has
+    already walked: this loader neither bounds depth nor counts what aliases expand to."""
+    import yaml
+
+    return list(yaml.load_all(data, Loader=_walked_loader()))
 
 
 def load_all(text: str) -> list[Any]:

@@ -17,6 +17,7 @@ from stortune.server.api.access import AccessControl, Authenticator
 from stortune.server.api.audit import Auditor
 from stortune.server.api.cached_reads import CachedReads
 from stortune.server.api.deps import Clock
+from stortune.server.api.documents import Parsers
 from stortune.server.api.limits import BodyLimits
 from stortune.server.api.ratelimit import RateLimiter
 from stortune.server.api.rendered import DocumentCache, RenderedCache
@@ -184,6 +185,7 @@ def create_app(
     app.state.metrics_fleet = FleetExposition(app.state.fleet, Regressions(sessions))
     app.state.fleet_size = FleetSize(sessions)
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
+    app.state.document_parsers = Parsers(settings.document_parsers)  # off the event loop, bounded
     # Several servers share a PostgreSQL database: their rate limits must be one.
     app.state.rate_limiter = (SharedRateLimiter(engine) if engine.dialect.name == "postgresql"
                               else RateLimiter())

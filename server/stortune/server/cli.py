@@ -144,6 +144,16 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default 10)")
     parser.add_argument("--max-body-size", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help=f"refuse larger request bodies with 413 (default {DEFAULT_MAX_BODY_BYTES})")
+    for flag, field, metavar, what in (
+            ("--max-document-size", "max_document_bytes", "BYTES",
+             "larger documents (profiles, benchmarks, experiments, schedules)"),
+            ("--max-document-nodes", "max_document_nodes", "N",
+             "documents of more values, lists and mappings"),
+            ("--max-document-value", "max_document_value_chars", "CHARS",
+             "documents holding a longer value")):
+        default = Settings.model_fields[field].default
+        parser.add_argument(flag, type=int, default=default, metavar=metavar,
+                            help=f"refuse {what} with 413 (default {default})")
     parser.add_argument("--rate-limit", type=_rate, action="append", default=[],
                         metavar="NAME=PER_MINUTE",
                         help="calls per minute and token of an expensive call: dry-run (default 120), "
@@ -315,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
             reconcile_workers=args.reconcile_workers, lease_duration_s=args.lease_duration,
             heartbeat_interval_s=args.heartbeat_interval,
             max_heartbeats_per_s=args.max_heartbeats_per_second, max_body_bytes=args.max_body_size,
+            max_document_bytes=args.max_document_size, max_document_nodes=args.max_document_nodes,
+            max_document_value_chars=args.max_document_value,
             rate_limits=dict(args.rate_limit), agent_pki=pki_dir,
             experiment_max_grid=args.experiment_max_grid, shard_lease_s=args.shard_lease,
             agent_watch_s=args.agent_watch, max_looks_per_s=args.max_looks_per_second,

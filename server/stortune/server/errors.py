@@ -91,6 +91,13 @@ class Invalid(ApiError):
         super().__init__(f"{what} is invalid: {detail}", kind=kind, name=name, causes=causes)
 
 
+class TooLarge(ApiError):
+    """A request within the byte limit whose content is past another bound (nodes, a value's length)."""
+
+    code = 413
+    reason = "RequestEntityTooLarge"
+
+
 class TooManyRequests(ApiError):
     code = 429
     reason = "TooManyRequests"

@@ -55,6 +55,16 @@ class Settings(BaseModel):
     # this is 400 before any parser recurses (documents here are about 8 levels deep).
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
     max_document_depth: int = Field(default=64, ge=8, le=256)
+    # The work one document (profile, benchmark, experiment, schedule) may give its parser: bytes
+    # (documents are KiB; the body limit above is for topologies), nodes (values, lists and
+    # mappings, keys included) and characters in one value. Bytes alone do not bound it: a 1.3 MiB
+    # profile of 100,000 keys held the parser for seconds (issue 26).
+    max_document_bytes: int = Field(default=1 << 20, ge=1024)
+    max_document_nodes: int = Field(default=20_000, ge=1000, le=1_000_000)
+    max_document_value_chars: int = Field(default=256 * 1024, ge=1024)
+    # Documents parsed at once, off the event loop (api/documents.py); a few more may wait, the
+    # rest are answered 503 at once.
+    document_parsers: int = Field(default=2, ge=1, le=64)
     # Per-token rate limits of expensive calls, in calls per minute, by name
     # ("dry-run", "diagnostics", "benchmark-runs"); unnamed ones keep the route's default.
     rate_limits: dict[str, float] = Field(default_factory=dict)

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Annotated, Any
 
 import anyio
 import anyio.to_thread
-import yaml
 from fastapi import Depends, Path, Request
 from sqlalchemy.orm import Session, sessionmaker
 
-from stortune.schemas import yamlsafe
 from stortune.schemas.profile import NAME_PATTERN, is_name
-from stortune.server.api.limits import too_deep_message
-from stortune.server.errors import BadRequest, NotFound
+from stortune.server.api.documents import DocumentLimits, Parsers
+from stortune.server.errors import NotFound
 from stortune.server.settings import Settings
 
 Clock = Callable[[], datetime]
@@ -57,42 +54,19 @@ async def get_now(request: Request) -> datetime:
     return clock()
 
 
-def _load_yaml(body: bytes, max_depth: int) -> Any:
-    # The event stream is produced without recursion; walking it first refuses what
-    # would hurt whoever builds or walks the document.
-    depth = 0
-    for event in yaml.parse(body, Loader=yaml.SafeLoader):
-        # An alias repeats a node by reference; a few lines of them expand into
-        # billions of nodes for whoever walks the result ("billion laughs").
-        if isinstance(event, yaml.AliasEvent):
-            raise BadRequest("YAML aliases (*name) are not accepted in documents; write the values out")
-        if isinstance(event, yaml.CollectionStartEvent):
-            depth += 1
-            if depth > max_depth:
-                raise BadRequest(too_deep_message(max_depth))
-        elif isinstance(event, yaml.CollectionEndEvent):
-            depth -= 1
-    # The documents' own loader: a duplicate key is an error, not a silent replacement.
-    documents = yamlsafe.load_all(body.decode("utf-8", errors="strict"))
-    if len(documents) > 1:
-        raise BadRequest(f"the body holds {len(documents)} YAML documents; send one per request")
-    return documents[0] if documents else None
-
-
 async def read_document(request: Request) -> Any:
     """The raw body, JSON or YAML: documents are validated by the schemas package, not FastAPI,
-    so error paths are the document's own (spec.rules[0]...). Size and JSON depth are bounded
-    before this runs (api/limits.py)."""
+    so error paths are the document's own (spec.rules[0]...). Parsed in a worker thread within
+    the document bounds (api/documents.py); size and JSON depth are bounded before this runs
+    (api/limits.py)."""
+    limits = DocumentLimits.of(request.app.state.settings)
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limits.max_bytes:  # refused before it is read
+        raise limits.too_many_bytes()
     body = await request.body()
-    settings: Settings = request.app.state.settings
     content_type = request.headers.get("content-type", "application/json")
-    syntax = "YAML" if "yaml" in content_type else "JSON"
-    try:
-        return _load_yaml(body, settings.max_document_depth) if syntax == "YAML" else json.loads(body)
-    except (ValueError, yaml.YAMLError) as exc:
-        raise BadRequest(f"the body is not valid {syntax}: {exc}") from None
-    except RecursionError:
-        raise BadRequest(f"the body nests too deeply to be a {syntax} document") from None
+    parsers: Parsers = request.app.state.document_parsers
+    return await parsers.parse(body, "YAML" if "yaml" in content_type else "JSON", limits)
 
 
 # The pattern is documented, not enforced as 422: a name that cannot exist is simply not found.
