@@ -147,6 +147,52 @@ def test_the_result_is_written_as_the_experiment_s_creator_and_replaces_only_the
         assert written[0]["tokenId"] == submitted[0]["tokenId"]
 
 
+def test_hostile_a_creator_revoked_while_the_experiment_ran_writes_nothing(
+        make_app: AppFactory, agents: FakeAgentClients, token_for: Any, eventually: Eventually) -> None:
+    agent = _agent(agents, hold=True)
+    app = _app(make_app, agents)
+    operator = bearer(token_for("operator", name="leaver"))
+    with admin_client(app) as client:
+        _register(client)
+        response = client.post(EXPERIMENTS, json=experiment_doc(applyResult=True), headers=operator)
+        assert response.status_code == 201, response.text
+        exp_id = response.json()["metadata"]["uid"]
+        token_id = response.json()["status"]["createdBy"].rsplit("(token ", 1)[1].rstrip(")")
+        eventually(lambda: agent.started, what="the first trial running")
+        assert client.delete(f"{API}/tokens/{token_id}").status_code == 200
+        agent.auto = True
+        for run_id in list(agent.started):
+            agent.finish(run_id)
+        status = eventually(lambda: _ended(client, exp_id), timeout=60, what="the end")["status"]
+        assert status["outcome"]["recommendation"]["significant"] is True
+        assert "was not stored" in status["reason"] and "revoked" in status["reason"], status["reason"]
+        assert client.get(f"{API}/profiles/ra-sweep").status_code == 404
+        records = client.get(f"{API}/audit", params={"resource": "profiles/ra-sweep"}).json()["items"]
+        assert [(r["tokenId"], r["code"]) for r in records] == [(token_id, 403)]
+
+
+def test_a_fleet_stores_its_result_once_and_each_host_may_rewrite_its_own(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    """The second host to end finds the profile the first stored: the experiment's own, rewritten,
+    not a profile made meanwhile."""
+    for name in ("h1", "h2"):
+        agents.add(SurfaceAgent(address=registration(name)["address"], topology=loop_topology(name)))
+    with admin_client(_app(make_app, agents)) as client:
+        for name in ("h1", "h2"):
+            body = registration(name, topology=loop_topology(name))
+            assert client.post(f"{API}/agents/register", json=body).status_code == 200
+        response = client.post(EXPERIMENTS, json=experiment_doc(maxHosts=2, applyResult=True))
+        assert response.status_code == 201, response.text
+        exp_id = response.json()["metadata"]["uid"]
+        status = eventually(lambda: _ended(client, exp_id), timeout=90, what="the fleet's end")["status"]
+        assert status["state"] == "done" and "not stored" not in status["reason"], status["reason"]
+        assert status["outcome"]["holdsEverywhere"] is True
+        stored = _profile(client, "ra-sweep")
+        assert stored["metadata"]["annotations"]["stortune.dev/experiment-id"] == exp_id
+        reasons = [e["reason"] for e in client.get(f"{API}/events", params={"limit": 1000}).json()["items"]]
+        assert "ResultNotStored" not in reasons and "ResultStored" in reasons
+
+
 # -- point 5: time bounds -------------------------------------------------------------------------
 def test_hostile_64_workloads_of_a_million_hours_and_10000_trials_are_a_422_naming_the_runtime(
         make_app: AppFactory, agents: FakeAgentClients) -> None:
