@@ -87,6 +87,29 @@ class ExperimentBusyError(HostBusyError):
                          " it ends (wait, or stop it: Ctrl-C on `stortune-agent tune`) and retry")
 
 
+class StateWriteError(StateError):
+    """The state directory cannot take a write: full, over quota or read-only."""
+
+
+#: What a state directory answers when it can take no write: said as such, not as a traceback.
+_CANNOT_WRITE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS})
+
+
+@contextlib.contextmanager
+def _writing(path: Path) -> Iterator[None]:
+    """Turn a full, over-quota or read-only state directory into a StateWriteError naming it.
+    Only around the journal's own writes: a caller's OSError inside a held lock stays its own."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _CANNOT_WRITE:
+            raise
+        raise StateWriteError(
+            f"cannot write {path}: {os.strerror(exc.errno)}; the agent's state directory"
+            f" {path.parent} must be writable and have room: free space there (or remount it"
+            " read-write) and run it again, or give --state-dir on another filesystem") from None
+
+
 class StateCorruptError(StateError):
     """A state file cannot be read; it is left untouched for a human to inspect."""
 
@@ -163,8 +186,9 @@ def _fsync_dir(path: Path) -> None:
 
 def _ensure_dir(path: Path) -> Path:
     if not path.is_dir():
-        path.mkdir(mode=0o700, parents=True, exist_ok=True)
-        _fsync_dir(path.parent)
+        with _writing(path):
+            path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _fsync_dir(path.parent)
     return path
 
 
@@ -172,17 +196,18 @@ def atomic_write(path: Path, data: bytes) -> None:
     """Replace ``path`` so that a crash leaves either the old or the new content."""
     _ensure_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    _fsync_dir(path.parent)
+    with _writing(path):
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            raise
+        _fsync_dir(path.parent)
 
 
 def _read_json(path: Path, what: str) -> Any:
@@ -212,7 +237,8 @@ def lock(state_dir: str | Path, *, timeout: float = 0.0) -> Iterator[None]:
     never leaves a stale lock behind; the pid in the file is only for the message.
     """
     path = _ensure_dir(Path(state_dir)) / _LOCK
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    with _writing(path):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -240,8 +266,9 @@ def lock(state_dir: str | Path, *, timeout: float = 0.0) -> Iterator[None]:
         running = benchmark_running(state_dir)
         if running is not None:
             raise BenchmarkBusyError(running)
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        with _writing(path):
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
         os.close(fd)
@@ -277,14 +304,20 @@ def hold_benchmark(state_dir: str | Path, run_id: str, *, apply_timeout: float =
     """
     sdir = _ensure_dir(Path(state_dir))
     with lock(sdir, timeout=apply_timeout):
-        fd = os.open(sdir / _BENCH_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        with _writing(sdir / _BENCH_LOCK):
+            fd = os.open(sdir / _BENCH_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
             raise BenchmarkBusyError(benchmark_running(sdir) or "unknown") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{run_id} {os.getpid()}\n".encode(), 0)
+        try:
+            with _writing(sdir / _BENCH_LOCK):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{run_id} {os.getpid()}\n".encode(), 0)
+        except BaseException:
+            os.close(fd)
+            raise
     try:
         yield
     finally:
@@ -372,7 +405,8 @@ def hold_experiment(state_dir: str | Path, experiment_id: str, *,
         raise ValueError(f"experiment id {experiment_id!r} must be one word")
     sdir = _ensure_dir(Path(state_dir))
     with lock(sdir, timeout=apply_timeout):
-        fd = os.open(sdir / _EXPERIMENT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        with _writing(sdir / _EXPERIMENT_LOCK):
+            fd = os.open(sdir / _EXPERIMENT_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -382,9 +416,10 @@ def hold_experiment(state_dir: str | Path, experiment_id: str, *,
             if left:
                 raise StateError(f"experiment {left} was interrupted and its settings are not back"
                                  " yet: any stortune-agent apply, restore or serve puts them back")
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{experiment_id} {os.getpid()}\n".encode(), 0)
-            os.fsync(fd)
+            with _writing(sdir / _EXPERIMENT_LOCK):
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, f"{experiment_id} {os.getpid()}\n".encode(), 0)
+                os.fsync(fd)
         except BaseException:
             os.close(fd)
             raise
@@ -544,8 +579,9 @@ class Transaction:
     def _append(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":")) + "\n"
         # One write(2) per record: a crash tears at most this last line.
-        os.write(self._fd, line.encode())
-        os.fsync(self._fd)
+        with _writing(self.path):
+            os.write(self._fd, line.encode())
+            os.fsync(self._fd)
 
     def intent(
         self,
@@ -594,9 +630,10 @@ def begin(state_dir: str | Path, what: str, *, boot_id: str | None = None) -> Tr
     txid = uuid.uuid4().hex[:16]
     # The time prefix sorts journal files oldest first.
     path = jdir / f"{time.time_ns():020d}-{txid}.jsonl"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    os.close(fd)
-    _fsync_dir(jdir)
+    with _writing(path):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        os.close(fd)
+        _fsync_dir(jdir)
     tx = Transaction(path, txid)
     tx._append(
         {
