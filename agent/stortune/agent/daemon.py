@@ -25,10 +25,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from stortune.agent import local, trials
+from stortune.agent import corrections, local, trials
 from stortune.agent.journal import HostBusyError
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas import stripecache
+from stortune.schemas.corrections import Cause, Trigger
 
 log = logging.getLogger("stortune.agent.daemon")
 
@@ -118,13 +119,19 @@ def make_waiter(fs: KernelFS, stop: threading.Event) -> Waiter:
 
 
 def converge(fs: KernelFS, state_dir: Path, *,
-             ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> local.Report | None:
-    """One pass: re-apply the stored desired state if there is one."""
+             ram_share: float = stripecache.DEFAULT_RAM_SHARE, trigger: Trigger = "rescan",
+             cause: Cause = "runtime") -> local.Report | None:
+    """One pass: re-apply the stored desired state if there is one.
+
+    What it sets back that stortune had applied is a correction, kept with ``cause`` and
+    ``trigger`` for the control plane (``corrections``): it never sees that drift otherwise."""
     desired = local.saved_desired(state_dir)
     if desired is None:
         return None
+    before = local.plan(fs, desired.profiles, state_dir, ram_share=ram_share)
     report = local.converge(fs, desired.profiles, state_dir, desired.generations, ram_share=ram_share)
     changed = [r for r in report.rows if r.status == "applied"]
+    _corrected(state_dir, before, changed, cause, trigger)
     if not report.ok:
         log.error("re-apply failed: %s", "; ".join(report.messages))
         return report
@@ -137,6 +144,20 @@ def converge(fs: KernelFS, state_dir: Path, *,
     return report
 
 
+def _corrected(state_dir: Path, before: local.Planned, changed: list[local.ReportRow], cause: Cause,
+               trigger: Trigger) -> None:
+    written = {(r.device, r.tunable) for r in changed}
+    drifted = corrections.drifted(before.topology, before.plan.desired)
+    for c in corrections.add(state_dir, [w for w in drifted if (w.device, w.tunable) in written],
+                             cause, trigger):
+        log.warning("corrected: %s", c.drift_message())
+
+
+def start_cause(fs: KernelFS, state_dir: Path) -> Cause:
+    """Why values found changed at this start had changed (``corrections.start``)."""
+    return corrections.start(state_dir, local.host_info(fs).get("boot_id", ""))
+
+
 def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
         stop: threading.Event | None = None,
         ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> int:
@@ -146,7 +167,8 @@ def run(fs: KernelFS, state_dir: Path, interval: float, *, once: bool = False,
         recovered = trials.recover(fs, state_dir, ram_share=ram_share)
         if recovered:
             log.warning("finished what an interruption left: %s", recovered)
-        report = converge(fs, state_dir, ram_share=ram_share)
+        report = converge(fs, state_dir, ram_share=ram_share, trigger="start",
+                          cause=start_cause(fs, state_dir))
     except HostBusyError as exc:
         if once:
             raise

@@ -14,7 +14,9 @@ Plain JSON over HTTP with the standard library, so the agent stays small::
 The agent keeps a watch open: while the server holds it, the server keeps the agent's
 lease without a request per heartbeat, and at the end of the hold the agent calls again.
 What changes on the host (its values' digest, its devices) is reported at once with a
-heartbeat from the thread that noticed it (``report()``). A server without the watch call
+heartbeat from the thread that noticed it (``report()``). Settings the agent set back on its
+own (``corrections``) go with the watches and heartbeats, to a server that says it takes them
+(``accepts_corrections``), until it answers that it recorded them (``corrections_recorded``). A server without the watch call
 (an older one) is sent paced heartbeats instead.
 
 Every call carries ``Authorization: Bearer TOKEN``, the agents' bootstrap token
@@ -54,9 +56,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stortune.agent import local
+from stortune.agent.journal import StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.api.agent import HOST_KEY_HEADER
 from stortune.schemas import backoff
+from stortune.schemas.corrections import CorrectionBatch
 from stortune.schemas.topology import Topology
 
 log = logging.getLogger("stortune.agent.registration")
@@ -199,7 +203,9 @@ class Registrar:
     def __init__(self, config: RegistrationConfig, *, facts: Callable[[], dict[str, Any]],
                  discover: Callable[[], Topology], topology_hash: Callable[[], str],
                  boot_id: str, uniform: Callable[[float, float], float] = random.uniform,
-                 observed_digest: Callable[[], str | None] = lambda: None) -> None:
+                 observed_digest: Callable[[], str | None] = lambda: None,
+                 corrections: Callable[[], CorrectionBatch | None] = lambda: None,
+                 recorded: Callable[[str, int], None] = lambda epoch, seq: None) -> None:
         if not config.server.startswith(("http://", "https://")):
             raise ValueError(f"server URL {config.server!r} must start with http:// or https://")
         self.config = config
@@ -210,6 +216,10 @@ class Registrar:
         self._boot_id = boot_id
         self._uniform = uniform
         self._observed_digest = observed_digest
+        self._corrections = corrections
+        self._recorded = recorded
+        #: The server takes the agent's own corrections (an older one refuses the field).
+        self._takes_corrections = False
         self._opener = urllib.request.build_opener()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -349,6 +359,7 @@ class Registrar:
         self.name = name if isinstance(name, str) and name else self.config.name
         self._sent_hash = topology_hash
         self._timing(data)
+        self._settle(body, data)
         self._poked = False
         self._transition("registered", logging.INFO,
                          f"registered with {self._base} as {self.name!r} ({self.config.address});"
@@ -359,7 +370,26 @@ class Registrar:
         digest = self._observed_digest()
         if digest is not None:
             body["observed_digest"] = digest
+        if self._takes_corrections:
+            try:
+                batch = self._corrections()
+            except StateError as exc:
+                log.warning("the agent's corrections cannot be read, so they are not reported: %s", exc)
+                batch = None
+            if batch is not None:
+                body["corrections"] = batch.model_dump(mode="json")
         return body
+
+    def _settle(self, body: Mapping[str, Any], data: Mapping[str, Any]) -> None:
+        """What the answer says of corrections: whether the server takes them, and up to which
+        the ones sent are recorded (those are dropped; the others go with the next call)."""
+        self._takes_corrections = data.get("accepts_corrections") is True
+        sent, recorded = body.get("corrections"), data.get("corrections_recorded")
+        if isinstance(sent, dict) and isinstance(recorded, int) and not isinstance(recorded, bool):
+            try:
+                self._recorded(str(sent["epoch"]), recorded)
+            except StateError as exc:
+                log.warning("the corrections the control plane recorded cannot be dropped: %s", exc)
 
     def _heartbeat(self) -> None:
         with self._calls:
@@ -369,6 +399,7 @@ class Registrar:
             if status == 404:
                 raise _Gone("answered 404 to the heartbeat: it does not know this agent")
             self._timing(data)
+            self._settle(body, data)
             self._transition("registered", logging.DEBUG, f"heartbeat accepted by {self._base}")
             if data.get("topology_wanted") is True or body["topology_hash"] != self._sent_hash:
                 self._send_topology()
@@ -393,6 +424,7 @@ class Registrar:
                      _number(data.get("watch_s")) or self._hold)
         self.watching = True
         self._timing(data)
+        self._settle(body, data)
         self._transition("registered", logging.DEBUG, f"watch ended by {self._base}")
         hold = _number(data.get("watch_s"))
         if hold:

@@ -30,7 +30,7 @@ from types import FrameType
 
 import grpc
 
-from stortune.agent import daemon, heap, hostkey, identity, local, mtls, trials
+from stortune.agent import corrections, daemon, heap, hostkey, identity, local, mtls, trials
 from stortune.agent.journal import HostBusyError, StateError
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.protection import HostProtection
@@ -229,7 +229,8 @@ class Agent:
                                            ram_share=self.options.stripe_cache_ram_share)
                 if recovered:
                     log.warning("finished what an interruption left: %s", recovered)
-                daemon.converge(self.fs, self.state_dir, ram_share=self.options.stripe_cache_ram_share)
+                daemon.converge(self.fs, self.state_dir, ram_share=self.options.stripe_cache_ram_share,
+                                trigger="start", cause=daemon.start_cause(self.fs, self.state_dir))
             except HostBusyError as exc:
                 log.info("re-apply at start postponed: %s", exc)
                 self._retry = True
@@ -278,7 +279,9 @@ class Agent:
                          discover=self._uploaded_topology,
                          topology_hash=lambda: self._hash,
                          boot_id=local.host_info(self.fs).get("boot_id", ""),
-                         observed_digest=lambda: self._digest)
+                         observed_digest=lambda: self._digest,
+                         corrections=lambda: corrections.batch(self.state_dir),
+                         recorded=lambda epoch, seq: corrections.acknowledge(self.state_dir, epoch, seq))
 
     def _observe(self) -> bool:
         """Read the values as GetObserved would; -> whether their digest changed."""
