@@ -21,7 +21,7 @@ def test_register_then_read_the_host(client: TestClient, controller: RecordingCo
     response = client.post(f"{AGENTS}/register", json=registration("h1"))
     assert response.status_code == 200, response.text
     assert response.json() == {"name": "h1", "heartbeat_interval_s": 5.0, "lease_duration_s": 15.0,
-                               "topology_wanted": True}
+                               "topology_wanted": True, "accepts_corrections": True}
     assert controller.requests[-1] == ("h1", "agent registered")
 
     host = client.get(f"{HOSTS}/h1").json()

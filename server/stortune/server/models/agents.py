@@ -7,6 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from stortune.schemas.corrections import CorrectionBatch
 from stortune.schemas.endpoint import MAX_LENGTH, USAGE, check_endpoint
 from stortune.schemas.topology import Topology
 from stortune.server.models.common import Labels, Name, RequestModel
@@ -64,17 +65,27 @@ class Registration(RequestModel):
     observed_digest: ObservedDigest = None
 
 
+#: Said in every answer to an agent: send corrections (an older server refuses the field).
+AcceptsCorrections = Annotated[bool, Field(
+    description="This server records the settings the agent set back on its own: send them with the "
+                "heartbeats and watches (`corrections`)")]
+
+
 class RegistrationAccepted(BaseModel):
     name: str
     heartbeat_interval_s: float
     lease_duration_s: float
     topology_wanted: bool = Field(description="Send it with PUT /agents/{name}/topology")
+    accepts_corrections: AcceptsCorrections = True
 
 
 class Heartbeat(RequestModel):
     topology_hash: Hash = ""
     boot_id: str = Field(default="", max_length=64)
     observed_digest: ObservedDigest = None
+    corrections: CorrectionBatch | None = Field(
+        default=None, description="Settings the agent set back on its own since the control plane last "
+                                  "recorded them; each becomes a Drift and a Corrected event and is counted")
 
 
 class HeartbeatAccepted(BaseModel):
@@ -83,6 +94,9 @@ class HeartbeatAccepted(BaseModel):
     # The fleet's current pace (services/pacing.py): agents follow it from one heartbeat to the next.
     heartbeat_interval_s: float
     lease_duration_s: float
+    accepts_corrections: AcceptsCorrections = True
+    corrections_recorded: int | None = Field(
+        default=None, description="The sent corrections are recorded up to this seq: the agent drops them")
 
 
 class WatchAccepted(HeartbeatAccepted):

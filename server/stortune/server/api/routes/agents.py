@@ -27,7 +27,7 @@ from stortune.server.models.agents import (
     TopologyUpload,
     WatchAccepted,
 )
-from stortune.server.services import host_keys, hosts
+from stortune.server.services import corrections, host_keys, hosts
 from stortune.server.services.agent_pki import AgentPki, PkiRefusal
 from stortune.server.services.host_keys import Proof
 from stortune.server.services.pacing import FleetSize, Pace
@@ -85,28 +85,38 @@ async def heartbeat(*, who: Agent, name: HostName, body: Heartbeat, request: Req
     # The hottest call (every agent, every few seconds): one trip to the threadpool for
     # the whole database part, and the app's state read here rather than through more
     # dependencies, each of which costs a request noticeable CPU.
-    paced, expires, wanted = await _renew(request, name, body, proof_of(who, request))
+    paced, expires, wanted, recorded = await _renew(request, name, body, proof_of(who, request))
     return HeartbeatAccepted(lease_expires=expires, topology_wanted=wanted,
-                             heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s)
+                             heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s,
+                             corrections_recorded=recorded)
 
 
-async def _renew(request: Request, name: str, body: Heartbeat, proof: Proof) -> tuple[Pace, datetime, bool]:
-    """The heartbeat's database part: one trip to the threadpool."""
+async def _renew(request: Request, name: str, body: Heartbeat, proof: Proof
+                 ) -> tuple[Pace, datetime, bool, int | None]:
+    """The heartbeat's database part: one trip to the threadpool. The last element: up to which
+    seq the corrections sent are recorded (None: none were sent)."""
     state = request.app.state
     sessions: sessionmaker[Session] = state.sessions
     fleet: FleetSize = state.fleet_size
     settings: Settings = state.settings
     now: datetime = state.clock()
 
-    def renew() -> tuple[Pace, datetime, bool]:
+    def renew() -> tuple[Pace, datetime, bool, corrections.Recorded | None]:
         with sessions() as session:
             paced = fleet.pace(settings)
-            return paced, *hosts.heartbeat(session, name, body, proof=proof, lease_duration_s=paced.lease_s,
-                                           now=now)
+            expires, wanted = hosts.heartbeat(session, name, body, proof=proof,
+                                              lease_duration_s=paced.lease_s, now=now)
+            # After the lease's commit, and only once the host key is proven (heartbeat raised else).
+            recorded = None if body.corrections is None else corrections.record(
+                session, name, body.corrections, now)
+            return paced, expires, wanted, recorded
 
-    renewed = await run_in_threadpool(renew)
+    paced, expires, wanted, recorded = await run_in_threadpool(renew)
     state.metrics.heartbeat()
-    return renewed
+    for c in recorded.new if recorded else ():
+        state.metrics.drift(c.tunable, c.cause)
+        state.metrics.corrected(c.tunable, c.cause)
+    return paced, expires, wanted, None if recorded is None else recorded.upto
 
 
 @router.post("/{name}/watch", openapi_extra=_HOST_KEY_DOC, responses={
@@ -119,14 +129,14 @@ async def watch(*, who: Agent, name: HostName, body: Heartbeat, request: Request
     at the end of the hold. Agents that report ``observed_digest`` report changes with a
     heartbeat meanwhile. 404: register again; 403: the host key is not the host's."""
     state = request.app.state
-    paced, expires, wanted = await _renew(request, name, body, proof_of(who, request))
+    paced, expires, wanted, recorded = await _renew(request, name, body, proof_of(who, request))
     book: WatchBook = state.watches
     hold = 0.0 if wanted or book.draining else book.hold_for()
     if hold:
         with book.holding(name, hold):
             await book.wait(hold, request.receive)
     return WatchAccepted(lease_expires=expires, topology_wanted=wanted, watch_s=hold,
-                         reconnect_after_s=book.reconnect_after(),
+                         reconnect_after_s=book.reconnect_after(), corrections_recorded=recorded,
                          heartbeat_interval_s=paced.interval_s, lease_duration_s=paced.lease_s)
 
 
