@@ -290,3 +290,13 @@ def test_hostile_on_this_host_the_root_disk_is_refused_and_a_loop_device_only_wh
             manager.start(read_spec(loop_device))
     finally:
         os.chown(backing, owner.st_uid, owner.st_gid)
+
+
+def test_the_topology_listing_shows_what_is_protected_and_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fs = scenarios.md_raid5_fileserver(tmp_path / "host")
+    assert cli.main(["topology", "--sysfs", str(fs.sysfs), "--procfs", str(fs.procfs),
+                     "--protect-device", "md126"]) == 0
+    out = capsys.readouterr().out.split("protected: no experiment, benchmark or probe")[1]
+    assert "sda2 holds /" in out and "md126 is named protected by the host" in out
+    assert "sdb carries md126, which is named protected" in out and "sdf1 carries md126" in out

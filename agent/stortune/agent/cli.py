@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     _roots(p)
     _output(p, ("json", "yaml", "table"), "table")
     _ram_share(p)
+    bench_args.add_protection(p)
 
     p = sub.add_parser("explain", help="which rule wins for each device, and why others did not")
     _roots(p)
@@ -267,9 +268,13 @@ def _fs(args: argparse.Namespace) -> KernelFS:
 
 
 def _topology(args: argparse.Namespace) -> int:
-    topo = local.discover(_fs(args))
+    fs = _fs(args)
+    topo = local.discover(fs)
     if args.output == "table":
         render.topology_table(topo)
+        protected = bench_args.protection_of(args).resolve(fs, topo)
+        render.table("protected: no experiment, benchmark or probe (--protect-*, --allow-loop)",
+                     ["device", "why"], [[name, why] for name, why in sorted(protected.items())])
         from stortune.schemas.analysis.checks import layout_checks  # the listing only
 
         render.checks_table(layout_checks(topo, ram_share=args.stripe_cache_ram_share))
