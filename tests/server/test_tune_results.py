@@ -34,3 +34,34 @@ def test_how_an_end_is_said() -> None:
     assert ending_message("done", "budget-trials") == "done: the trial budget is spent"
     assert ending_message("failed", "the agent did not answer") == "failed: the agent did not answer"
     assert ending_message("cancelled", "cancelled") == "cancelled"
+
+
+def test_the_search_stops_in_time_for_the_closing_runs_to_end_before_the_deadline() -> None:
+    """Trials of 20 s, 10 minutes: judged by the time spent alone the search would run until the
+    deadline and leave the confirmation and the end baseline past it (cut by the deadline, the
+    result unconfirmed); judged with the closing runs reserved at the pace so far, all of them
+    end within the budget."""
+    from stortune.schemas.tuning.engine import Engine
+    from stortune.schemas.tuning.simulate import Surface, streaming
+    from stortune.server.tune.results import search_elapsed
+    from tests.schemas.tuning.docs import experiment
+
+    exp = experiment(budget={"trials": 60, "duration": "10m"}, strategy="grid")  # 20 points: 40 runs
+    assert exp.spec.trial_seconds() == 20
+
+    def run(reserve: bool) -> tuple[float, list[str]]:
+        engine = Engine(exp.spec, {"read_ahead_kb": 0, "nr_requests": 64})
+        surface, elapsed = Surface(streaming, seed=5), 0.0
+        while (request := engine.next(elapsed_s=search_elapsed(exp, elapsed, len(engine.measurements))
+                                      if reserve else elapsed)) is not None:
+            engine.record(surface.run(request))
+            elapsed += 20.0
+        return elapsed, [m.purpose for m in engine.measurements]
+
+    late, _ = run(reserve=False)
+    assert late > exp.spec.budget.duration  # the closing runs would have been cut at the deadline
+    in_time, purposes = run(reserve=True)
+    assert in_time <= exp.spec.budget.duration
+    assert purposes[-6:] == ["confirm"] * 3 + ["baseline-end"] * 3
+    assert search_elapsed(exp, 0.0, 0) == 6 * 20  # before any trial: the workloads' runtime
+    assert search_elapsed(exp, 100.0, 2) == 100 + 6 * 50  # slower than planned: the pace seen
