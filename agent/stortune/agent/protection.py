@@ -86,19 +86,19 @@ class HostProtection:
             raise ProtectedDeviceError(found)
 
 
-def trial_devices(profiles: Iterable[StorageProfile], topology: Topology) -> list[str]:
-    """The devices an experiment's trial overlay among ``profiles`` sets (the control plane's
-    experiments reach the agent as an Apply with that overlay; the recommended profile an
-    experiment leaves is an ordinary profile and is not one)."""
-    from stortune.schemas.matching import mismatch
+def trial_overlays(profiles: Iterable[StorageProfile]) -> list[StorageProfile]:
+    """The experiment trial overlays among ``profiles`` (the control plane's experiments reach the
+    agent as an Apply with one; the recommended profile an experiment leaves is an ordinary
+    profile and is not one)."""
     from stortune.schemas.tuning.overlay import EXPERIMENT_ANNOTATION, OVERLAY_PRIORITY
 
-    out: list[str] = []
-    for profile in profiles:
-        if (EXPERIMENT_ANNOTATION not in profile.metadata.annotations
-                or profile.spec.priority != OVERLAY_PRIORITY):
-            continue
-        for rule in profile.spec.rules:
-            out += [d.name for d in topology.devices
-                    if d.kind is not DeviceKind.HOST and mismatch(rule.match, d) is None]
-    return out
+    return [p for p in profiles
+            if EXPERIMENT_ANNOTATION in p.metadata.annotations and p.spec.priority == OVERLAY_PRIORITY]
+
+
+def matched_devices(profiles: Iterable[StorageProfile], topology: Topology) -> list[str]:
+    """The devices the rules of ``profiles`` match."""
+    from stortune.schemas.matching import mismatch
+
+    return [d.name for p in profiles for rule in p.spec.rules for d in topology.devices
+            if d.kind is not DeviceKind.HOST and mismatch(rule.match, d) is None]

@@ -29,7 +29,7 @@ from stortune.agent.bench.errors import UnknownRunError
 from stortune.agent.bench.store import RunStore
 from stortune.agent.journal import StateError, StateLockedError
 from stortune.agent.kernelfs import KernelFS
-from stortune.agent.protection import HostProtection, ProtectedDeviceError, trial_devices
+from stortune.agent.protection import HostProtection, ProtectedDeviceError, matched_devices, trial_overlays
 from stortune.api.agent import wire
 from stortune.api.agent.wire import BENCHMARK_STATES, BenchmarkProgress, HostInfo
 from stortune.schemas import planner, stripecache
@@ -331,10 +331,13 @@ class AgentService(wire.AgentServiceServicer):
         """An experiment's trial values never reach a protected device, whatever the control
         plane asks (its benchmark would be refused too, after the values were written)."""
         if not any(p.metadata.annotations for p in profiles):
-            return  # an overlay names its experiment in one: no rediscovery on an ordinary apply
+            return  # an overlay names its experiment in one (and the check loads the tuning models)
+        overlays = trial_overlays(profiles)
+        if not overlays:
+            return  # no rediscovery on an ordinary apply
         topology = local.discover(self.fs)
         try:
-            self.protection.check(self.fs, topology, trial_devices(profiles, topology), "experiment")
+            self.protection.check(self.fs, topology, matched_devices(overlays, topology), "experiment")
         except ProtectedDeviceError:
             log.warning("refused an experiment's trial values on a protected device")
             raise
