@@ -153,6 +153,10 @@ class AgentClientFactory(Protocol):
         """A client for the agent at ``address``; with mTLS its certificate must name ``host``."""
         ...
 
+    async def forget_host(self, host: str) -> None:
+        """Close what is open to ``host``'s agent: the host was deleted, nothing dials it again."""
+        ...
+
 
 # -- over gRPC -----------------------------------------------------------------------
 @dataclass(frozen=True)
@@ -424,6 +428,15 @@ class AgentClients:
         for key in [k for k in self._channels if k[0] == address]:
             await _close(self._channels.pop(key))
 
+    async def forget_host(self, host: str) -> None:
+        """Close and drop the channels to a deleted host's agent, whatever its address: a channel
+        re-dials a failed agent on its own, with nothing calling it, until it is closed."""
+        for key in [k for k in self._channels if k[1] == host]:
+            await _close(self._channels.pop(key))
+
+    def open_channels(self) -> int:
+        return len(self._channels)
+
     async def close(self) -> None:
         cached, self._channels = list(self._channels.values()), OrderedDict()
         for c in cached:
@@ -676,6 +689,8 @@ class FakeAgentClients:
     """AgentClientFactory of fakes: one FakeAgentClient per address, made on first use."""
 
     agents: dict[str, FakeAgentClient] = field(default_factory=dict)
+    #: Hosts whose clients were forgotten (deleted), in order.
+    forgotten: list[str] = field(default_factory=list)
 
     def for_address(self, address: str, host: str | None = None) -> FakeAgentClient:
         if address not in self.agents:
@@ -685,6 +700,9 @@ class FakeAgentClients:
     def add(self, agent: FakeAgentClient) -> FakeAgentClient:
         self.agents[agent.address] = agent
         return agent
+
+    async def forget_host(self, host: str) -> None:
+        self.forgotten.append(host)
 
     async def close(self) -> None:
         pass

@@ -135,6 +135,7 @@ async def _reconcile(deps: Deps, name: str, still_mine: Callable[[], bool]) -> R
     view = await _view(deps, name)
     if view is None:
         deps.quiet.forget(name)
+        await deps.agents.forget_host(name)  # its channel would go on dialling the address
         return Result.GONE
     if view.invalid:
         # Planning without such a profile would put back every setting it makes: hold the host

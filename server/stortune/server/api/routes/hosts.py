@@ -6,8 +6,10 @@ from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
+from stortune.server.agentclient import AgentClientFactory
 from stortune.server.api import label_selector
 from stortune.server.api.cached_reads import READ_HOSTS, host_key, page_key, status_key
 from stortune.server.api.deps import NowDep, SessionDep, SettingsDep
@@ -157,6 +159,12 @@ def merge_host_labels(
 
 
 @router.delete("/{name}", responses=NOT_FOUND)
-def delete_host(who: Remover, name: VisibleHostName, session: SessionDep, now: NowDep) -> HostDocument:
-    """Declare the host gone: profiles being deleted stop waiting for it."""
-    return HostDocument.from_row(hosts.delete(session, name, now))
+async def delete_host(who: Remover, name: VisibleHostName, request: Request, session: SessionDep,
+                      now: NowDep) -> HostDocument:
+    """Declare the host gone: profiles being deleted stop waiting for it, and its agent is not
+    dialled again."""
+    gone = await run_in_threadpool(lambda: HostDocument.from_row(hosts.delete(session, name, now)))
+    # Here at once; the reconciler that owns the host does the same when it finds it gone.
+    agents: AgentClientFactory = request.app.state.agents
+    await agents.forget_host(name)
+    return gone
