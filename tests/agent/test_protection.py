@@ -34,11 +34,11 @@ from tests.fixtures import scenarios
 from tests.fixtures.agent_host import Host
 from tests.fixtures.sysfs_builder import SysfsBuilder
 
-NOTHING_OWNED: Callable[[str], int | None] = lambda _path: None  # noqa: E731
+NOTHING_OWNED: Callable[[str], os.stat_result | None] = lambda _path: None  # noqa: E731
 
 
 def protected(fs: KernelFS, **kw: Any) -> dict[str, str]:
-    return HostProtection(owner=kw.pop("owner", NOTHING_OWNED), **kw).resolve(fs, local.discover(fs))
+    return HostProtection(stat=kw.pop("stat", NOTHING_OWNED), **kw).resolve(fs, local.discover(fs))
 
 
 def read_spec(device: str, workload: str = "stream-32k", **extra: Any) -> BenchmarkSpec:
@@ -117,6 +117,23 @@ def test_hostile_another_users_loop_device_is_protected_unless_the_host_allows_i
     assert HostProtection(uid=0, allow_loops=("loop3",)).resolve(fs, local.discover(fs)) == {}
 
 
+def test_hostile_a_loop_device_over_the_root_disk_is_protected_like_the_disk(tmp_path: Path) -> None:
+    b = SysfsBuilder(tmp_path / "host")
+    _, root = b.loop(2, size=131072, backing_file="/srv/os.img")
+    b.mount(root, "/", "ext4", "/dev/loop2")
+    b.loop(6, size=131072, backing_file="/dev/loop2")  # losetup /dev/loop6 /dev/loop2
+    b.loop(7, size=131072, backing_file="/srv/scratch.img")
+    fs = b.finish()
+
+    def stat_of(path: str) -> os.stat_result | None:
+        if path == "/dev/loop2":  # a block device node, 7:2
+            return os.stat_result((0o60660, 0, 0, 1, 0, 0, 0, 0, 0, 0), {"st_rdev": os.makedev(7, 2)})
+        return None
+
+    found = HostProtection(stat=stat_of, uid=0).resolve(fs, local.discover(fs))
+    assert found == {"loop2": "loop2 holds /", "loop6": "loop6 is backed by loop2: loop2 holds /"}
+
+
 # -- refusals ------------------------------------------------------------------------------
 @pytest.fixture
 def fileserver(tmp_path: Path) -> KernelFS:
@@ -158,7 +175,7 @@ def test_an_array_beside_the_root_disk_can_be_probed(fileserver: KernelFS, tmp_p
 
     chosen = members.every_disk(topology)
     assert "sda" in chosen  # the probe of every disk would have read the root disk
-    found = HostProtection(owner=NOTHING_OWNED).resolve(fileserver, topology)
+    found = HostProtection(stat=NOTHING_OWNED).resolve(fileserver, topology)
     assert [n for n in chosen if n not in found] == ["sdb", "sdc", "sdd", "sde", "sdf"]
 
 

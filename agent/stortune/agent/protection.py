@@ -8,12 +8,15 @@ pure ``stortune.schemas.protection``). Swap comes from /proc/swaps under the pro
 Loop devices: one whose backing file belongs to another user (its owner is not the
 agent's effective uid) is that user's, and protected unless the host allows it with
 ``--allow-loop NAME``. A backing file that cannot be looked at (deleted, a path of
-another mount namespace) proves nothing and does not protect the loop.
+another mount namespace) proves nothing and does not protect the loop. A loop whose
+backing file is a block device node reads and writes that device: it is protected when
+the device is.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -30,8 +33,8 @@ if TYPE_CHECKING:
 #: load the benchmark models (tests/agent/test_serve_footprint.py); a test keeps them equal.
 DEFAULT_MOUNTS: tuple[str, ...] = ("/", "/boot", "/var")
 
-#: A path's owner uid, or None when it cannot be looked at.
-Owner = Callable[[str], "int | None"]
+#: A path's stat, or None when it cannot be looked at.
+Stat = Callable[[str], "os.stat_result | None"]
 
 
 class ProtectedDeviceError(BenchmarkError):
@@ -42,9 +45,9 @@ class ProtectedDeviceError(BenchmarkError):
         super().__init__("refused: " + "; ".join(reasons))
 
 
-def _owner(path: str) -> int | None:
+def _stat(path: str) -> os.stat_result | None:
     try:
-        return os.stat(path).st_uid
+        return os.stat(path)
     except (OSError, ValueError):
         return None
 
@@ -54,7 +57,7 @@ class HostProtection:
     mounts: tuple[str, ...] = DEFAULT_MOUNTS
     devices: tuple[str, ...] = ()
     allow_loops: tuple[str, ...] = ()
-    owner: Owner = _owner
+    stat: Stat = _stat
     uid: int = os.geteuid()
 
     def resolve(self, fs: KernelFS, topology: Topology) -> dict[str, str]:
@@ -62,20 +65,31 @@ class HostProtection:
         from stortune.schemas.protection import Protection, protected_devices
 
         swaps = tuple(procfs.parse_swaps(fs.read_table("swaps") or ""))
+        foreign, backed = self._loops(fs, topology)
         config = Protection(mounts=self.mounts, devices=self.devices, swaps=swaps,
-                            foreign_loops=self._foreign_loops(fs, topology))
+                            foreign_loops=foreign, loop_devices=backed)
         return protected_devices(topology, config)
 
-    def _foreign_loops(self, fs: KernelFS, topology: Topology) -> dict[str, str]:
-        out: dict[str, str] = {}
+    def _loops(self, fs: KernelFS, topology: Topology) -> tuple[dict[str, str], dict[str, str]]:
+        """(another user's loop devices -> why, loop devices over a block device -> that device)."""
+        by_devno = {d.devno: d.name for d in topology.devices if d.devno}
+        foreign: dict[str, str] = {}
+        backed: dict[str, str] = {}
         for dev in topology.devices:
-            if dev.kind is not DeviceKind.LOOP or dev.name in self.allow_loops:
+            if dev.kind is not DeviceKind.LOOP:
                 continue
             backing = (fs.read_sys(f"block/{dev.name}/loop/backing_file") or "").strip()
-            uid = self.owner(backing) if backing.startswith("/") else None
-            if uid is not None and uid != self.uid:
-                out[dev.name] = f"is another user's loop device (its backing file belongs to uid {uid})"
-        return out
+            st = self.stat(backing) if backing.startswith("/") else None
+            if st is None:
+                continue
+            if stat.S_ISBLK(st.st_mode):  # losetup over a disk: its I/O is that disk's
+                under = by_devno.get(f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}")
+                if under is not None:
+                    backed[dev.name] = under
+            elif st.st_uid != self.uid and dev.name not in self.allow_loops:
+                foreign[dev.name] = ("is another user's loop device (its backing file belongs to"
+                                     f" uid {st.st_uid})")
+        return foreign, backed
 
     def check(self, fs: KernelFS, topology: Topology, devices: Iterable[str], what: str) -> None:
         """Raise ProtectedDeviceError naming every protected device among ``devices``."""

@@ -40,6 +40,8 @@ class Protection:
     swaps: tuple[str, ...] = ()
     #: Loop devices of another user (their backing file is not the agent's), with why.
     foreign_loops: Mapping[str, str] | None = None
+    #: Loop devices whose backing file is a block device: loop name -> that device.
+    loop_devices: Mapping[str, str] | None = None
 
 
 def _holder_of(topology: Topology, path: str) -> tuple[Device, str] | None:
@@ -105,6 +107,10 @@ def protected_devices(topology: Topology, config: Protection) -> dict[str, str]:
             out[dev.name] = f"{dev.name} is on {hit}, which {carried[hit]}"
         elif config.foreign_loops and dev.name in config.foreign_loops:
             out[dev.name] = f"{dev.name} {config.foreign_loops[dev.name]}"
+    # a loop over a protected block device reads and writes that device
+    for loop, under in (config.loop_devices or {}).items():
+        if under in out and loop not in out:
+            out[loop] = f"{loop} is backed by {under}: {out[under]}"
     return out
 
 
