@@ -136,7 +136,8 @@ def test_profile_applied_and_host_ready_with_its_settings_table(
     profile = eventually(lambda: (p := client.get(f"{API}/profiles/streaming").json())["status"]
                          .get("hosts", {}).get("applied") == 1 and p)
     assert profile["status"] == {"observedGeneration": 1, "phase": "Applied",
-                                 "hosts": {"matched": 1, "applied": 1, "failed": 0, "pending": 0}}
+                                 "hosts": {"matched": 1, "applied": 1, "failed": 0, "pending": 0,
+                                           "rejected": 0}}
 
 
 def test_generation_bump_is_applied_and_followed(
@@ -301,24 +302,29 @@ def test_unreachable_agent_one_event_then_recovery(
     assert len(events(client, "Reachable", host="h1")) == 1
 
 
-def test_rejected_settings_are_terminal_until_the_spec_changes(
+def test_hostile_a_rejected_setting_is_reported_and_the_rest_applied_until_the_spec_changes(
     client: TestClient, agent: FakeAgentClient, eventually: Eventually,
 ) -> None:
     client.post(f"{API}/agents/register", json=registration("h1"))
-    client.post(f"{API}/profiles", json=profile_doc(settings={"scheduler": "bfq"}))
+    client.post(f"{API}/profiles", json=profile_doc(settings={"scheduler": "bfq", "read_ahead_kb": 4096}))
     eventually(lambda: condition(client, "Applied") == ("False", "Rejected"), what="Applied=False")
     passes(eventually, agent, 4)
-    assert calls(agent, "apply") == 0  # nothing is sent that the agent would refuse
+    # Sent once for the rest (not again every pass): read_ahead_kb is set, the scheduler is not.
+    assert calls(agent, "apply") == 1
+    assert value(agent, "read_ahead_kb") == 4096 and value(agent, "scheduler") == "none"
     assert condition(client, "Ready") == ("False", "Rejected")
     (warning,) = events(client, "Rejected", host="h1")
     assert warning["count"] == 1
     assert "loop0 scheduler=bfq (streaming/loops)" in warning["message"]
     assert "offered: none, mq-deadline" in warning["message"]
-    eventually(lambda: client.get(f"{API}/profiles/streaming").json()["status"].get("phase") == "Failed")
+    assert "every other setting is applied" in warning["message"]
+    status = eventually(lambda: (p := client.get(f"{API}/profiles/streaming").json()["status"])
+                        .get("phase") == "Failed" and p)
+    assert status["hosts"]["rejected"] == 1 and status["rejectedHosts"] == ["h1"]
 
     client.put(f"{API}/profiles/streaming", json=profile_doc(settings={"scheduler": "mq-deadline"}))
     converged(client, eventually, {"streaming": 2})
-    assert value(agent, "scheduler") == "mq-deadline" and calls(agent, "apply") == 1
+    assert value(agent, "scheduler") == "mq-deadline" and calls(agent, "apply") == 2
 
 
 def test_a_value_no_profile_wants_is_put_back_without_a_profile_change(

@@ -562,13 +562,6 @@ class FakeAgentClient:
         self._enter("apply", (list(profiles), dict(generations), request_id))
         plan = planner.plan(profiles, self.topology)
         rows: list[dict[str, Any]] = []
-        if plan.fatal:
-            report = {"title": "apply refused: nothing was changed", "ok": False,
-                      "rows": [{"device": r.device, "tunable": r.tunable, "before": None,
-                                "after": r.value, "status": "rejected", "message": r.reason}
-                               for r in plan.fatal],
-                      "messages": [r.reason for r in plan.fatal]}
-            return ApplyResult(False, report, plan, {}, self.info, request_id, self._hash())
         for back in planner.releases(plan, self.topology):
             before = self._set(back.device, back.tunable, back.desired)
             if back.to == "original":
@@ -582,8 +575,12 @@ class FakeAgentClient:
             self._set(change.device, change.tunable, change.desired)
             rows.append({"device": change.device, "tunable": change.tunable, "before": change.current,
                          "after": change.desired, "status": "applied", "message": ""})
+        # As the agent does: the plan's errors are reported, everything else is applied.
+        rows += [{"device": r.device, "tunable": r.tunable, "before": None, "after": r.value,
+                  "status": "rejected", "message": r.reason, "profile": r.source.profile}
+                 for r in plan.fatal]
         report = {"title": f"apply: {len(rows)} setting(s) changed", "ok": True, "rows": rows,
-                  "messages": []}
+                  "messages": [r.reason for r in plan.fatal]}
         after = planner.plan(profiles, self.topology)
         return ApplyResult(True, report, after, dict(generations), self.info, request_id, self._hash())
 

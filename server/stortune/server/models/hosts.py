@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -22,6 +23,17 @@ class Condition(BaseModel):
     reason: str
     message: str = ""
     lastTransitionTime: datetime
+
+
+#: How a settings-table row's message starts when the value cannot be set there (an error);
+#: "skipped: " when the setting does not apply to the device.
+REJECTED = "rejected: "
+
+
+def rejected_profiles(status: Mapping[str, Any]) -> frozenset[str]:
+    """The profiles with a value the host cannot set, from a stored status's settings table."""
+    return frozenset(str(d.get("profile")) for d in status.get("devices", [])
+                     if isinstance(d, dict) and str(d.get("message", "")).startswith(REJECTED))
 
 
 class DeviceSetting(BaseModel):

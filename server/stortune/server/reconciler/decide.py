@@ -114,7 +114,8 @@ class Decision:
     new_drift: tuple[Drift, ...]
     #: Every setting now counted as drifted: the new ones and, in audit mode, earlier ones.
     drifted: frozenset[SettingKey]
-    #: Fatal rejections: the agent would refuse the whole set, so nothing is sent.
+    #: The plan's errors (fatal rejections): settings that cannot be set. Each blocks only itself
+    #: and its dependants; everything else is applied, and these are reported.
     rejected: tuple[Rejection, ...]
     #: The agent refused exactly these generations before; terminal until they change.
     refused: bool
@@ -162,7 +163,7 @@ def decide(view: HostView, plan: Plan, boot_id: str) -> Decision:
         # Values stortune changed that no profile wants any more: only an apply puts them back.
         why.append(f"{len(plan.restorations)} setting(s) to restore")
     return Decision(
-        plan=plan, generations=generations, apply=bool(why) and not rejected and not refused,
+        plan=plan, generations=generations, apply=bool(why) and not refused,
         why=tuple(why), new_drift=tuple(new_drift), drifted=frozenset(drifted), rejected=rejected,
         refused=refused,
     )

@@ -23,7 +23,7 @@ from stortune.server.agentclient import (
     ApplyResult,
     HostInfo,
 )
-from stortune.server.models.hosts import ConditionStatus, DeviceSetting
+from stortune.server.models.hosts import REJECTED, ConditionStatus, DeviceSetting
 from stortune.server.reconciler.decide import Decision, ExperimentHold, HostView, SettingKey
 from stortune.server.services.events import EventType
 from stortune.server.services.hosts import APPLIED, DRIFTED, REACHABLE, StatusEvent
@@ -189,7 +189,7 @@ def rows(plan: Plan, observed: Observed, drifted: frozenset[SettingKey]) -> tupl
             device=r.device, deviceId=r.device_id, tunable=r.tunable, desired=r.value,
             observed=state.value if state is not None else None, profile=r.source.profile,
             rule=r.source.rule, mode=r.source.mode, generation=r.source.generation,
-            message=("rejected: " if r.fatal else "skipped: ") + r.reason,
+            message=(REJECTED if r.fatal else "skipped: ") + r.reason,
         ))
     return tuple(sorted(out, key=lambda s: (s.device, s.tunable)))
 
@@ -228,10 +228,21 @@ def _in_place(plan: Plan, generations: Mapping[str, int]) -> Condition:
     return "True", "Applied", message
 
 
-def _rejections(rejected: Sequence[Rejection]) -> str:
+def _rejections(rejected: Sequence[Rejection], *, rest_applied: bool = True) -> str:
     listed = [f"{r.device} {r.tunable}={r.value} ({r.source.profile}/{r.source.rule}): {r.reason}"
               for r in rejected]
-    return f"nothing applied, {_count(len(rejected), 'setting')} cannot be set: {_listing(listed)}"
+    # An agent older than per-setting errors refuses the whole plan.
+    rest = "every other setting is applied" if rest_applied else "nothing applied"
+    return f"{_count(len(rejected), 'setting')} cannot be set ({rest}): {_listing(listed)}"
+
+
+def _settled(plan: Plan, generations: Mapping[str, int], also: Sequence[Rejection] = ()) -> Condition:
+    """Applied once the changes are made: True, or False naming the settings that cannot be set
+    (``plan``'s errors and ``also``: the control plane's own, e.g. its stripe cache RAM share)."""
+    errors = list({(r.device_id, r.tunable): r for r in [*also, *plan.fatal]}.values())
+    if errors:
+        return "False", "Rejected", _rejections(errors)
+    return _in_place(plan, generations)
 
 
 def _report_text(report: Mapping[str, Any]) -> str:
@@ -252,12 +263,10 @@ class _Verdict:
 def _verdict(decision: Decision, outcome: Outcome | None) -> _Verdict:
     if decision.held_by is not None:
         return _Verdict(applied=experiment_running(decision.held_by))
-    if decision.rejected:
-        return _Verdict(applied=("False", "Rejected", _rejections(decision.rejected)))
     if decision.refused:
         return _Verdict()
     if outcome is None:
-        return _Verdict(applied=_in_place(decision.plan, decision.generations))
+        return _Verdict(applied=_settled(decision.plan, decision.generations))
     refuse = {"refusedGenerations": decision.generations}
     error, result = outcome.error, outcome.result
     if isinstance(error, AgentUnreachable):
@@ -279,10 +288,12 @@ def _verdict(decision: Decision, outcome: Outcome | None) -> _Verdict:
         return _Verdict(applied=("False", "ApplyFailed", error.message), retry=error.retryable)
     assert result is not None
     if result.ok:
-        return _Verdict(applied=_in_place(result.plan, result.applied_generations), result=result,
+        return _Verdict(applied=_settled(result.plan, result.applied_generations, decision.rejected),
+                        result=result,
                         fields={"appliedBootId": result.info.boot_id, "checkedBootId": result.info.boot_id})
-    if result.plan.fatal:  # the agent's own facts differ from what it reported
-        return _Verdict(applied=("False", "Rejected", _rejections(result.plan.fatal)), fields=refuse)
+    if result.plan.fatal:  # an agent older than per-setting errors refused the whole plan
+        return _Verdict(applied=("False", "Rejected", _rejections(result.plan.fatal, rest_applied=False)),
+                        fields=refuse)
     return _Verdict(applied=("False", "ApplyFailed", _report_text(result.report)), retry=True)
 
 

@@ -183,7 +183,7 @@ def profiles_and_hosts(sessions: Sessions, fleet: FleetState | None = None
         applied = record.conditions.get(hosts.APPLIED)  # (status, reason)
         standings.append(hosts.Standing(
             name, dict(record.labels), dict(record.applied),
-            None if applied is None else {"status": applied[0], "reason": applied[1]}))
+            None if applied is None else {"status": applied[0], "reason": applied[1]}, record.rejected))
     return listed, standings
 
 

@@ -24,15 +24,19 @@ def summarize(profile: Profile, standings: Sequence[Standing]) -> dict[str, Any]
                 "hosts": {"restoring": len(holding)}, "restoringHosts": holding[:LISTED]}
     chosen = selector(profile.spec)
     matched = [s for s in standings if chosen is not None and chosen.matches(s.labels)]
-    applied = [s.name for s in matched if s.applied.get(name) == generation]
-    failed = [s.name for s in matched if s.name not in applied and s.applied_condition is not None
-              and s.applied_condition["status"] == "False"]
+    # A host that applied the rest but cannot set one of this profile's values has failed it.
+    rejected = [s.name for s in matched if name in s.rejected]
+    applied = [s.name for s in matched if s.applied.get(name) == generation and s.name not in rejected]
+    failed = [s.name for s in matched if s.name not in applied and (
+        s.name in rejected or (s.applied_condition is not None and s.applied_condition["status"] == "False"))]
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "phase": "Applied" if len(applied) == len(matched) else "Failed" if failed else "Progressing",
         "hosts": {"matched": len(matched), "applied": len(applied), "failed": len(failed),
-                  "pending": len(matched) - len(applied) - len(failed)},
+                  "pending": len(matched) - len(applied) - len(failed), "rejected": len(rejected)},
     }
     if failed:
         status["failedHosts"] = failed[:LISTED]
+    if rejected:
+        status["rejectedHosts"] = rejected[:LISTED]  # see their settings tables for which and why
     return status

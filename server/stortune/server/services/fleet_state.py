@@ -25,6 +25,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.db.tables import BenchmarkRun, Experiment, Host
+from stortune.server.models.hosts import rejected_profiles
 from stortune.server.services.versions import current_resource_version
 
 #: (device, tunable, desired, observed): a row of the host's settings table.
@@ -44,6 +45,8 @@ class HostRecord:
     settings: tuple[Setting, ...]
     #: Profile -> the generation the agent last applied.
     applied: Mapping[str, int] = field(default_factory=dict)
+    #: Profiles with a value the host cannot set (an error in its settings table).
+    rejected: frozenset[str] = frozenset()
 
 
 def _text(value: Any) -> str:
@@ -68,7 +71,8 @@ def record_of(name: str, *, version: int, address: str, facts: Mapping[str, Any]
                       agent_version=_text(facts.get("agent_version")), kernel=_text(facts.get("kernel")),
                       conditions=conditions, labels=dict(labels),
                       settings=settings, applied={k: v for k, v in (applied or {}).items()
-                                                  if isinstance(k, str) and isinstance(v, int)})
+                                                  if isinstance(k, str) and isinstance(v, int)},
+                      rejected=rejected_profiles(status))
 
 
 _COLUMNS = (Host.name, Host.resource_version, Host.address, Host.facts, Host.status, Host.reported_labels,

@@ -19,7 +19,7 @@ from stortune.server.controller import request_reconcile
 from stortune.server.db.tables import AgentIdentity, Host, HostConditionChange, HostLease
 from stortune.server.errors import NotFound
 from stortune.server.models.agents import Heartbeat, Registration, TopologyUpload
-from stortune.server.models.hosts import ConditionStatus, DeviceSetting
+from stortune.server.models.hosts import ConditionStatus, DeviceSetting, rejected_profiles
 from stortune.server.services import events, finalizers, host_keys
 from stortune.server.services.events import EventType
 from stortune.server.services.host_keys import Proof
@@ -91,13 +91,16 @@ class Standing:
     labels: dict[str, str]
     applied: dict[str, int]
     applied_condition: dict[str, Any] | None
+    #: Profiles with a setting the host cannot set (an error in its settings table).
+    rejected: frozenset[str] = frozenset()
 
 
 def standings(session: Session) -> list[Standing]:
     rows = session.execute(select(Host.name, Host.labels, Host.reported_labels, Host.applied_generations,
                                   Host.status).order_by(Host.name)).all()
     return [Standing(name, {**reported, **api}, applied,
-                     next((c for c in status.get("conditions", []) if c["type"] == APPLIED), None))
+                     next((c for c in status.get("conditions", []) if c["type"] == APPLIED), None),
+                     rejected_profiles(status))
             for name, api, reported, applied, status in rows]
 
 
