@@ -135,11 +135,11 @@ def test_dry_run_plan_counts_a_rejection(stortune: Run, control_plane: ControlPl
     path = tmp_path / "p.yaml"
     path.write_text(profile_yaml("vod").replace("{read_ahead_kb: 4096}", "{scheduler: bfq}"))
     result = stortune("apply", "-f", str(path), "--dry-run")
-    assert result.code == 0
+    assert result.code == 1  # an error in the plan
     assert "1 rejection(s)" in result.out
     row = next(line for line in result.out.splitlines() if "bfq" in line)
     assert "scheduler" in row
-    assert "error: blocks the host" in row
+    assert "error: not set" in row
 
 
 def test_prune_deletes_only_managed_profiles_absent_from_the_files(

@@ -364,7 +364,7 @@ class PlannedRejection:
     tunable: str
     value: Value | None
     reason: str
-    fatal: bool  # True: the host applies nothing of its plan
+    fatal: bool  # True: an error, this setting (and what depends on it) is not set; False: skipped
     source: Source
 
     @classmethod

@@ -293,8 +293,30 @@ def _apply(args: argparse.Namespace, client: Client, out: Output) -> int:
     if args.dry_run:
         out.line()
         out.line("Planned changes on hosts (dry run; nothing stored):", "bold")
-        render.host_plans(out, sync.host_changes(client, outcomes, pruned=pruned))
+        plans = sync.host_changes(client, outcomes, pruned=pruned)
+        render.host_plans(out, plans)
+        found = sync.errors(plans, {m.name for m in docs})
+        render.plan_errors(out, found)
+        return EXIT_ERROR if failed or found else EXIT_OK
+    if outcomes and not _stored_plans_hold_no_errors(client, out, outcomes):
+        failed = True
     return EXIT_ERROR if failed else EXIT_OK
+
+
+def _stored_plans_hold_no_errors(client: Client, out: Output, outcomes: list[sync.Outcome]) -> bool:
+    """After an apply: the settings of these profiles the hosts they select cannot set, as the
+    server plans them now (pruned ones are gone already), printed; so nobody learns of one only
+    from a host's condition."""
+    try:
+        plans = sync.host_changes(client, outcomes)
+    except _FATAL:
+        raise
+    except ClientError as exc:
+        out.error(f"stored, but the hosts' plans could not be checked for errors: {exc}")
+        return False
+    found = sync.errors(plans, {o.manifest.name for o in outcomes})
+    render.plan_errors(out, found)
+    return not found
 
 
 def _yaml(document: dict[str, Any]) -> str:
@@ -339,6 +361,10 @@ def _diff(args: argparse.Namespace, client: Client, out: Output) -> int:
     if hosts:
         out.line("Pending changes on hosts (dry run):", "bold")
         render.host_plans(out, hosts)
+    # An error outranks "differences": a gate must not go on to apply it.
+    if found := sync.errors(hosts, {m.name for m in docs}):
+        render.plan_errors(out, found)
+        return EXIT_ERROR
     if differences or pending:
         out.line(f"{differences} profile difference(s), {pending} pending host change(s)", "yellow")
         return EXIT_DIFFERENT

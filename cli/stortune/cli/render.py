@@ -415,6 +415,16 @@ def host_plans(out: Output, plans: Sequence[HostPlan]) -> None:
                       row_styles=["red" if r.fatal else "yellow" for r in plan.rejections])
 
 
+def plan_errors(out: Output, errors: Sequence[tuple[str, PlannedRejection]]) -> None:
+    """On stderr, one line per setting a host cannot set: what, where, which rule, why."""
+    for host, r in errors:
+        out.error(f"host/{host}: {r.device} {r.tunable}={value(r.value)} ({r.source.profile}/"
+                  f"{r.source.rule}) cannot be set: {r.reason}")
+    if errors:
+        out.note(f"{len(errors)} setting(s) cannot be set (every other setting is applied): fix or"
+                 " remove them in the profiles named")
+
+
 def _change_row(out: Output, change: PlannedChange) -> Row:
     source = f"{change.source.profile}/{change.source.rule}"
     if change.source.mode == "audit":
@@ -430,6 +440,6 @@ def _restoration_row(out: Output, back: PlannedRestoration) -> Row:
 
 
 def _rejection_row(rejection: PlannedRejection) -> Row:
-    severity = "error: blocks the host" if rejection.fatal else "skipped"
+    severity = "error: not set" if rejection.fatal else "skipped"
     return [rejection.device, rejection.tunable, value(rejection.value), severity, rejection.reason,
             f"{rejection.source.profile}/{rejection.source.rule}"]

@@ -14,6 +14,7 @@ from stortune.cli.client import (
     DryRun,
     HostPlan,
     NotFound,
+    PlannedRejection,
     Profile,
 )
 from stortune.cli.manifests import Manifest, is_managed, live
@@ -73,10 +74,17 @@ def prunable(client: Client, keep: Collection[str]) -> list[Profile]:
 
 
 def pending(plan: HostPlan) -> int:
-    """What would really happen on the host: enforced changes, settings put back, and rejections
-    that block it."""
+    """What would really happen on the host: enforced changes and settings put back."""
     enforced = sum(1 for c in plan.changes if c.source.mode != "audit")
-    return enforced + len(plan.restorations) + sum(1 for r in plan.rejections if r.fatal)
+    return enforced + len(plan.restorations)
+
+
+def errors(plans: Sequence[HostPlan], profiles: Collection[str] | None = None
+           ) -> list[tuple[str, PlannedRejection]]:
+    """(host, error) for every setting a host cannot set (of ``profiles`` only, when given): each
+    blocks only itself there, but the files ask for something that will not happen."""
+    return [(plan.host, r) for plan in plans for r in plan.rejections
+            if r.fatal and (profiles is None or r.source.profile in profiles)]
 
 
 def host_changes(client: Client, outcomes: Sequence[Outcome], *, pruned: Collection[str] = ()
