@@ -317,3 +317,21 @@ def test_the_topology_listing_shows_what_is_protected_and_why(
     out = capsys.readouterr().out.split("protected: no experiment, benchmark or probe")[1]
     assert "sda2 holds /" in out and "md126 is named protected by the host" in out
     assert "sdb carries md126, which is named protected" in out and "sdf1 carries md126" in out
+
+
+@pytest.mark.parametrize("bad", [["--protect-device", "../sda"], ["--protect-device", "sd a"],
+                                 ["--protect-mount", "var"], ["--allow-loop", "/etc/passwd"]])
+def test_hostile_protection_flags_take_only_device_names_and_absolute_paths(
+        bad: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as usage:
+        cli.main(["topology", *bad])
+    assert usage.value.code == 1 and bad[0] in capsys.readouterr().err
+
+
+def test_the_serving_agent_takes_the_hosts_protection_flags() -> None:
+    from stortune.agent.bench.args import protection_of
+
+    args = cli.build_parser().parse_args(["serve", "--listen", "127.0.0.1:0", "--protect-mount", "/srv/db/",
+                                          "--protect-device", "/dev/sdc", "--allow-loop", "loop3"])
+    got = protection_of(args)
+    assert (got.mounts, got.devices, got.allow_loops) == ((*DEFAULT_MOUNTS, "/srv/db"), ("sdc",), ("loop3",))
