@@ -15,10 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import Engine, text
+from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.db.engine import make_engine, make_sessions
 from stortune.server.db.migrate import upgrade
-from stortune.server.shards import SHARDS, AllShards, LeaseLost, ShardKeeper, fenced, shard_of
+from stortune.server.shards import SHARDS, AllShards, Fence, LeaseLost, ShardKeeper, fenced, shard_of
 from stortune.server.shards.notices import batches
 from tests.server.conftest import new_pg_database
 
@@ -43,6 +44,24 @@ def engine() -> Iterator[Engine]:
 
 def host_in(shards: frozenset[int]) -> str:
     return next(f"host-{i}" for i in range(10_000) if shard_of(f"host-{i}") in shards)
+
+
+async def fencing(engine: Engine, sessions: sessionmaker[Session]) -> tuple[ShardKeeper, str, Fence]:
+    """Server "a", alone, fencing ``sessions``; one of its hosts and the fence it works on it under."""
+    a = keeper(engine, "a")
+    a.install(sessions)
+    await a.start()
+    host = host_in(a.owned())
+    fence = a.fence(host)
+    assert fence is not None
+    return a, host, fence
+
+
+def write(sessions: sessionmaker[Session]) -> None:
+    """One transaction: the fence's guard runs at its start."""
+    with sessions() as session:
+        session.execute(text("SELECT 1"))
+        session.commit()
 
 
 def test_hosts_spread_over_every_shard() -> None:
@@ -112,29 +131,18 @@ def test_a_server_that_lost_the_shard_cannot_write_under_its_old_lease(engine: E
     sessions = make_sessions(engine)
 
     async def scenario() -> None:
-        a = keeper(engine, "a")
-        a.install(sessions)
-        await a.start()
-        host = host_in(frozenset(range(SHARDS)))
-        stale = a.fence(host)
-        assert stale is not None
-
-        def write() -> None:
-            with sessions() as session:
-                session.execute(text("SELECT 1"))
-                session.commit()
-
+        _, host, stale = await fencing(engine, sessions)
         with fenced(stale):  # while held: fine
-            await asyncio.to_thread(write)
+            await asyncio.to_thread(write, sessions)
         # a stops renewing; b takes over once the leases run out
         await asyncio.sleep(LEASE_S + 0.2)
         b = keeper(engine, "b")
         await b.start()
         assert b.fence(host) is not None
         with fenced(stale), pytest.raises(LeaseLost, match=f"{host}: shard {stale.shard}"):
-            await asyncio.to_thread(write)
+            await asyncio.to_thread(write, sessions)
         # outside a fence (API calls, the other servers' work) nothing is checked
-        await asyncio.to_thread(write)
+        await asyncio.to_thread(write, sessions)
         await b.stop()
     asyncio.run(scenario())
 
@@ -148,20 +156,9 @@ def test_hostile_the_same_server_claiming_its_lost_shards_again_cannot_write_und
     sessions = make_sessions(engine)
 
     async def scenario() -> None:
-        a = keeper(engine, "a")
-        a.install(sessions)
-        await a.start()
-        host = host_in(a.owned())
-        stale = a.fence(host)
-        assert stale is not None
-
-        def write() -> None:
-            with sessions() as session:
-                session.execute(text("SELECT 1"))
-                session.commit()
-
+        a, host, stale = await fencing(engine, sessions)
         with fenced(stale):
-            await asyncio.to_thread(write)
+            await asyncio.to_thread(write, sessions)
         await asyncio.sleep(LEASE_S + 0.2)  # paused past the lease: lost, and nobody else took it
         assert a.fence(host) is None and not a.holds(stale)
         await a.tick()  # back: the same server claims them again
@@ -170,9 +167,9 @@ def test_hostile_the_same_server_claiming_its_lost_shards_again_cannot_write_und
         assert (fresh.owner, fresh.generation) == (stale.owner, stale.generation + 1)
         assert a.holds(fresh) and not a.holds(stale)
         with fenced(stale), pytest.raises(LeaseLost, match=f"under generation {stale.generation}$"):
-            await asyncio.to_thread(write)
+            await asyncio.to_thread(write, sessions)
         with fenced(fresh):
-            await asyncio.to_thread(write)
+            await asyncio.to_thread(write, sessions)
         await a.stop()
     asyncio.run(scenario())
 
@@ -232,12 +229,7 @@ def test_an_open_fenced_transaction_does_not_hold_up_its_servers_renewal(engine:
     opened, release = threading.Event(), threading.Event()
 
     async def scenario() -> None:
-        a = keeper(engine, "a")
-        a.install(sessions)
-        await a.start()
-        host = host_in(a.owned())
-        fence = a.fence(host)
-        assert fence is not None
+        a, _, fence = await fencing(engine, sessions)
 
         def stuck() -> None:
             with sessions() as session:
