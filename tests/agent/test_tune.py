@@ -300,3 +300,17 @@ def test_an_error_mid_run_puts_the_settings_back_before_it_surfaces(host: Host, 
     assert host.queue("read_ahead_kb") == "128"  # ... which was put back
     assert journal.abandoned_experiment(tmp_path / "state") is None
     assert journal.load_originals(tmp_path / "state") == {}
+
+
+def test_hostile_a_trial_value_the_device_stops_offering_is_a_failed_trial_not_a_measurement(
+        host: Host, tmp_path: Path) -> None:
+    """The rest of a plan is applied around a value the device refuses (issue 26.9), but a trial
+    whose own value is refused must not be measured as if it were in place."""
+    doc = experiment(parameters=[{"tunable": "scheduler", "values": ["none", "mq-deadline"]}])
+    exp, fio = run_experiment(host, tmp_path, doc, lambda s: 300 * MiB)
+    (host.fs.sysfs / "block/loop7/queue/scheduler").write_text("[none]\n")  # mq-deadline went away
+    result = exp.run()
+    asked = [t.measurement for t in result.trials if t.measurement.point["scheduler"] == "mq-deadline"]
+    assert asked and all(not m.ok and "'mq-deadline' is not offered" in m.message for m in asked)
+    assert {s["scheduler"] for s in fio.seen} == {"none"}  # fio ran only for the baseline's trials
+    assert len(fio.seen) == len(result.trials) - len(asked)
