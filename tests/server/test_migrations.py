@@ -37,12 +37,12 @@ def test_migrations_ship_inside_the_package() -> None:
 
 
 def test_sqlite_pragmas(tmp_path: object) -> None:
-    engine = make_engine(f"sqlite:///{tmp_path}/p.db")
+    engine = make_engine(f"sqlite:///{tmp_path}/p.db", statement_timeout_s=12)
     try:
         with engine.connect() as conn:
             assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 10_000
+            assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 12_000  # db_statement_timeout_s
     finally:
         engine.dispose()
 

@@ -16,6 +16,7 @@ from stortune.server.api import docs, handlers, openapi
 from stortune.server.api.access import AccessControl, Authenticator
 from stortune.server.api.audit import Auditor
 from stortune.server.api.cached_reads import CachedReads
+from stortune.server.api.dberrors import DatabaseErrors
 from stortune.server.api.deps import Clock
 from stortune.server.api.documents import Parsers
 from stortune.server.api.limits import BodyLimits
@@ -83,7 +84,8 @@ def create_app(
     made with ``stortune-server token create`` or the API, or written to the
     state directory by ``stortune-server`` on its first start (bootstrap.py).
     """
-    engine = make_engine(settings.db_url)
+    engine = make_engine(settings.db_url, statement_timeout_s=settings.db_statement_timeout_s,
+                         connect_timeout_s=settings.db_connect_timeout_s)
     upgrade(engine)
     sessions = make_sessions(engine)
     now = clock or _utcnow
@@ -200,6 +202,8 @@ def create_app(
     app.add_middleware(AccessControl, authenticator=authenticator,
                        auditor=Auditor(sessions, now, API_PREFIX), prefix=API_PREFIX,
                        paths=frozenset({metrics_route.PATH}))
+    # A database that does not answer in time is 503, its audit record included.
+    app.add_middleware(DatabaseErrors, statement_timeout_s=settings.db_statement_timeout_s)
     # Outermost: the time a caller waits, refusals included.
     app.add_middleware(RequestMetrics, recorder=recorder, templates=route_templates)
     handlers.install(app)

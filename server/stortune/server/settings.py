@@ -84,6 +84,13 @@ class Settings(BaseModel):
     # How long an accepted token is trusted without reading its row again. A revocation
     # through this server is immediate; other servers sharing the database see it this late.
     token_cache_s: float = Field(default=10, ge=0, le=300)
+    # A database that hangs must not hang the API: PostgreSQL cancels a statement (a wait on a
+    # lock included) after db_statement_timeout_s and gives up connecting after
+    # db_connect_timeout_s, and the call is 503; on SQLite a writer waits that long for another.
+    # /healthz (readiness) answers 503 when the database does not answer within readiness_timeout_s.
+    db_statement_timeout_s: float = Field(default=30, gt=0, le=3600)
+    db_connect_timeout_s: float = Field(default=10, ge=1, le=300)
+    readiness_timeout_s: float = Field(default=2, gt=0, le=60)
     # How long a dashboard sign-in (a session cookie, api/sessions.py) lasts; never beyond its
     # token's own expiry. Signing in again makes a new session.
     session_ttl_s: float = Field(default=8 * 3600, ge=60, le=30 * 86400)

@@ -55,6 +55,10 @@ def upgrade(engine: Engine) -> None:
             driver.execute("PRAGMA foreign_keys=OFF")
         try:
             with conn.begin():
+                if engine.dialect.name == "postgresql":
+                    # Not the API's statement timeout: a migration rewrites tables and waits for
+                    # other replicas' queries to end; cancelled halfway it would only start again.
+                    conn.exec_driver_sql("SET LOCAL statement_timeout = 0")
                 cfg.attributes["connection"] = conn
                 command.upgrade(cfg, "head")
                 if sqlite and (broken := conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()):
