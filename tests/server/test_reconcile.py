@@ -230,7 +230,8 @@ def test_drift_is_reported_and_corrected_in_enforce_mode(
     setup_streaming(client, eventually)
     set_value(agent, 128)
     (corrected,) = eventually(lambda: events(client, "Corrected", host="h1"), what="a Corrected event")
-    assert corrected["message"] == "loop0 read_ahead_kb set back to 4096 (streaming/loops)"
+    assert corrected["message"] == ("loop0 read_ahead_kb set back to 4096 (streaming/loops)"
+                                    " by the control plane")
     (drift,) = events(client, "Drift", host="h1")
     assert drift["type"] == "Warning" and drift["profile"] == "streaming"
     assert drift["message"] == ("loop0 read_ahead_kb observed 128, desired 4096 (streaming/loops): "

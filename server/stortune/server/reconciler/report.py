@@ -357,7 +357,7 @@ def _applied_events(view: HostView, decision: Decision, result: ApplyResult) -> 
     for want in corrected(decision, result):
         events.append(StatusEvent(
             "Normal", "Corrected", f"{want.device} {want.tunable} set back to {want.desired} "
-            f"({want.source.profile}/{want.source.rule})", profile=want.source.profile))
+            f"({want.source.profile}/{want.source.rule}) by the control plane", profile=want.source.profile))
     for name in sorted(set(view.applied) - set(generations)):
         deleting = name in view.deleting
         why = "the profile is being deleted" if deleting else "it no longer selects this host"
