@@ -24,10 +24,11 @@ from typing import Any
 
 import pytest
 
-from stortune.agent import cli, hostkey
+from stortune.agent import cli, corrections, hostkey
 from stortune.agent.registration import Registrar, RegistrationConfig, backoff_delay
 from stortune.agent.serve import Agent, ServeOptions
 from stortune.api.agent import HOST_KEY_HEADER
+from stortune.schemas.plan import Desired, Source
 from stortune.schemas.topology import Topology
 from tests.fixtures.agent_host import BOOT_ID, Host
 from tests.rpc.conftest import call
@@ -496,3 +497,28 @@ def test_a_watch_asking_for_the_topology_gets_it_then_the_agent_watches_again(
     managed()
     plane.wait_for(lambda: len(plane.of("topology")) == 1 and len(plane.of("watch")) >= 3)
     assert plane.kinds(watches=True)[:4] == ["register", "watch", "topology", "watch"]
+
+
+def test_hostile_corrections_go_only_to_a_server_that_takes_them_and_stop_once_recorded(
+        managed: Callable[..., Agent], plane: FakeControlPlane, tmp_path: Path) -> None:
+    """An older control plane refuses a heartbeat with a field it does not know (422): the agent's
+    corrections go only after an answer saying ``accepts_corrections``, and are dropped once one
+    says they are recorded."""
+    state = tmp_path / "state"
+    found = Desired(device="loop7", device_id="loop:/var/tmp/rpc-test.img", tunable="read_ahead_kb",
+                    desired=4096, observed=256, in_sync=False,
+                    source=Source(profile="streaming", rule="loops"))
+    (kept,) = corrections.add(state, [found], "runtime", "start")
+    accepts = {"topology_wanted": False, "accepts_corrections": True}
+    plane.script["heartbeat"] = [(200, accepts), (200, {**accepts, "corrections_recorded": kept.seq})]
+
+    managed()
+    plane.wait_for(lambda: len(plane.of("heartbeat")) >= 3)
+
+    beats = [r.body for r in plane.of("heartbeat")[:3]]
+    assert "corrections" not in beats[0]  # the registration's answer did not say it takes them
+    sent = beats[1]["corrections"]
+    assert [(c["seq"], c["found"], c["set_to"], c["cause"]) for c in sent["items"]] == [
+        (1, 256, 4096, "runtime")]
+    assert "corrections" not in beats[2]
+    assert corrections.batch(state) is None
