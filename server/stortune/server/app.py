@@ -25,6 +25,7 @@ from stortune.server.api.rendered import DocumentCache, RenderedCache
 from stortune.server.api.router import API_PREFIX, OPENAPI_TAGS, include_api, route_templates
 from stortune.server.api.routes import metrics as metrics_route
 from stortune.server.api.sharedlimits import SharedRateLimiter
+from stortune.server.api.signins import FailedSignIns
 from stortune.server.bench.dispatcher import BenchmarkDispatcher
 from stortune.server.controller import Controller, bind
 from stortune.server.db.engine import API_THREADS, make_engine, make_sessions
@@ -201,6 +202,8 @@ def create_app(
     app.add_middleware(CachedReads, api_prefix=API_PREFIX)
     app.add_middleware(AccessControl, authenticator=authenticator,
                        auditor=Auditor(sessions, now, API_PREFIX), prefix=API_PREFIX,
+                       failures=FailedSignIns(burst=settings.failed_auth_burst,
+                                              per_minute=settings.failed_auth_per_minute),
                        paths=frozenset({metrics_route.PATH}))
     # A database that does not answer in time is 503, its audit record included.
     app.add_middleware(DatabaseErrors, statement_timeout_s=settings.db_statement_timeout_s)

@@ -84,6 +84,11 @@ class Settings(BaseModel):
     # How long an accepted token is trusted without reading its row again. A revocation
     # through this server is immediate; other servers sharing the database see it this late.
     token_cache_s: float = Field(default=10, ge=0, le=300)
+    # Failed sign-ins (a token or session cookie refused) per client address: this many, then
+    # this many a minute; past them the address's calls are 429 unless their credentials were
+    # accepted lately (api/signins.py). A typo or two never comes near; a guesser soon does.
+    failed_auth_burst: int = Field(default=20, ge=1, le=10_000)
+    failed_auth_per_minute: float = Field(default=10, gt=0, le=10_000)
     # A database that hangs must not hang the API: PostgreSQL cancels a statement (a wait on a
     # lock included) after db_statement_timeout_s and gives up connecting after
     # db_connect_timeout_s, and the call is 503; on SQLite a writer waits that long for another.

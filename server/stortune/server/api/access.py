@@ -39,8 +39,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from stortune.server.api import audit
 from stortune.server.api.deps import Clock
 from stortune.server.api.handlers import error_response
+from stortune.server.api.signins import FailedSignIns
 from stortune.server.auth import Principal, redact, secret_hash
-from stortune.server.errors import ApiError, Forbidden, Unauthorized, Unavailable
+from stortune.server.errors import ApiError, Forbidden, TooManyRequests, Unauthorized, Unavailable
 from stortune.server.services import tokens, ui_sessions
 from stortune.server.services.tokens import Refusal
 
@@ -83,6 +84,19 @@ class Authenticator:
         self._max = max_entries
         self._cache: OrderedDict[str, tuple[Principal, datetime]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    @staticmethod
+    def digest_of(authorization: str | None, session: str | None) -> str | None:
+        """The cache key of a call's credentials (None: it has none that could be valid)."""
+        if session is not None:
+            return "s:" + secret_hash(session)
+        try:
+            return secret_hash(bearer_secret(authorization))
+        except Unauthorized:
+            return None
 
     async def authenticate(self, authorization: str | None) -> Principal:
         digest = secret_hash(bearer_secret(authorization))
@@ -191,9 +205,10 @@ class AccessControl:
     """ASGI middleware: authenticate calls under ``prefix``, audit the ones audit.wanted() names."""
 
     def __init__(self, app: ASGIApp, *, authenticator: Authenticator, auditor: audit.Auditor,
-                 prefix: str, paths: frozenset[str] = frozenset()) -> None:
+                 prefix: str, failures: FailedSignIns, paths: frozenset[str] = frozenset()) -> None:
         self.app = app
         self.authenticator = authenticator
+        self.failures = failures
         self.auditor = auditor
         self.prefix = prefix.rstrip("/") + "/"
         self.paths = paths  # outside the prefix, yet with a token only (/metrics)
@@ -207,17 +222,28 @@ class AccessControl:
         authorization = headers.get("authorization")
         # The bearer header, when there is one, decides alone: a cookie beside it is not looked at.
         secret = session_secret(headers) if authorization is None else None
+        client = scope.get("client")
+        address = client[0] if client else "unknown"
+        digest = self.authenticator.digest_of(authorization, secret)
+        now = self.authenticator.now()
         try:
+            # An address that keeps failing is refused before its guesses are looked up.
+            if not self.failures.vouched(digest, now):
+                self.failures.check(address, now)
             if secret is None:
                 principal = await self.authenticator.authenticate(authorization)
             else:
                 principal = await self.authenticator.authenticate_session(secret)
         except ApiError as exc:
-            client = scope.get("client")
-            log.info("refused %s %s from %s: %s", scope["method"], redact(scope["path"]),
-                     client[0] if client else "unknown", exc.message)
+            what = f"{scope['method']} {redact(scope['path'])}: {exc.message}"
+            if isinstance(exc, Unauthorized) and (authorization is not None or secret is not None):
+                self.failures.failed(address, now, what)
+            elif not isinstance(exc, TooManyRequests):  # those were counted by check()
+                self.failures.refused(address, now, what)
             await error_response(exc)(scope, receive, send)
             return
+        if digest is not None:
+            self.failures.accepted(digest, now)
         scope[PRINCIPAL] = principal
         if secret is not None:
             scope[SESSION] = secret
