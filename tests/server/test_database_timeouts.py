@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
+from stortune.server.cli import main
 from stortune.server.db.engine import connect_args
 from tests.server.builders import API, profile_doc
 from tests.server.support import AppFactory, admin_client
@@ -93,3 +95,13 @@ def test_postgresql_connections_carry_their_timeouts_and_keep_the_urls_options()
     # The URL's own options come last, so a statement_timeout there wins over the setting.
     assert args["options"] == "-c statement_timeout=2500 -c search_path=st"
     assert connect_args("sqlite:///x.db", statement_timeout_s=3, connect_timeout_s=4) == {"timeout": 3}
+
+
+@pytest.mark.parametrize(("flag", "field"), [("--db-statement-timeout", "db_statement_timeout_s"),
+                                             ("--db-connect-timeout", "db_connect_timeout_s"),
+                                             ("--readiness-timeout", "readiness_timeout_s")])
+def test_hostile_a_timeout_of_0_is_refused_at_start_naming_it(
+        flag: str, field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """0 would cancel every statement (PostgreSQL reads 0 as 'no timeout' instead: the hang again)."""
+    assert main([flag, "0", "--insecure", "--state-dir", str(tmp_path)]) == 1
+    assert field in capsys.readouterr().err

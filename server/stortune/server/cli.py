@@ -39,6 +39,15 @@ from stortune.server.settings import (
 )
 from stortune.server.statedir import make_private_dir
 
+#: (flag, Settings field, what it bounds): a database that hangs must not hang the API.
+_TIMEOUTS = (
+    ("--db-statement-timeout", "db_statement_timeout_s",
+     "cancel a database statement (a wait on a lock included) after SECONDS, its call 503; "
+     "SQLite: how long a writer waits for another"),
+    ("--db-connect-timeout", "db_connect_timeout_s", "give up connecting to PostgreSQL after SECONDS"),
+    ("--readiness-timeout", "readiness_timeout_s",
+     "/healthz answers 503 when the database does not answer within SECONDS"),
+)
 #: The environment variable holding --stripe-cache-ram-share (deploy/stortune-server.default).
 RAM_SHARE_ENV = "STORTUNE_STRIPE_CACHE_RAM_SHARE"
 #: The environment variable holding --db: a PostgreSQL URL carries a password, which an
@@ -154,6 +163,10 @@ def build_parser() -> argparse.ArgumentParser:
         default = Settings.model_fields[field].default
         parser.add_argument(flag, type=int, default=default, metavar=metavar,
                             help=f"refuse {what} with 413 (default {default})")
+    for flag, field, what in _TIMEOUTS:
+        default = Settings.model_fields[field].default
+        parser.add_argument(flag, type=float, default=default, metavar="SECONDS",
+                            dest=field, help=f"{what} (default {default:g})")
     parser.add_argument("--rate-limit", type=_rate, action="append", default=[],
                         metavar="NAME=PER_MINUTE",
                         help="calls per minute and token of an expensive call: dry-run (default 120), "
@@ -330,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
             rate_limits=dict(args.rate_limit), agent_pki=pki_dir,
             experiment_max_grid=args.experiment_max_grid, shard_lease_s=args.shard_lease,
             agent_watch_s=args.agent_watch, max_looks_per_s=args.max_looks_per_second,
+            **{field: getattr(args, field) for _, field, _ in _TIMEOUTS},
         )
     except ValidationError as exc:
         _print_errors(exc)
