@@ -9,6 +9,7 @@ restarted server. Every test runs on SQLite and on PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
@@ -192,6 +193,22 @@ def test_an_unreachable_agent_is_retried_then_the_run_fails_with_the_reason(
     assert status["state"] == "failed"
     assert status["message"].startswith(f"not started: agent at {agent.address} unreachable since ")
     assert status["message"].endswith(": connection refused")
+
+
+def test_hostile_a_running_run_of_a_deleted_host_whose_agent_is_away_ends_and_is_not_followed(
+        client: TestClient, agent: BenchAgent, eventually: Eventually) -> None:
+    """It was followed, its agent dialled, until the unreachable timeout (10 minutes)."""
+    agent.auto = False
+    (run_id,) = start(client, streamers())
+    eventually(lambda: state(client, run_id) == "running", what="running")
+    agent.unreachable("connection refused")
+    assert client.delete(f"{API}/hosts/h1").status_code == 200
+    status = eventually(lambda: (s := run(client, run_id)["status"])["state"] == "failed" and s,
+                        what="failed")
+    assert "h1 was deleted" in status["message"]
+    followed = len(agent.calls)
+    time.sleep(10 * FAST["benchmark_interval_s"])  # the dispatcher's passes go on meanwhile
+    assert state(client, run_id) == "failed" and len(agent.calls) == followed
 
 
 def test_an_agent_that_lost_a_running_run_fails_it(

@@ -335,6 +335,12 @@ class BenchmarkDispatcher:
                                             f"following the run failed: {exc.message}", self._clock())
                     return
                 now = self._clock()
+                if await asyncio.to_thread(store.host_target, self._sessions, run.host) is None:
+                    # Deleted: nothing would dial its agent any more but this loop.
+                    await asyncio.to_thread(store.fail, self._sessions, run.id,
+                                            f"host {run.host} was deleted while its agent at {address} "
+                                            f"did not answer: {exc.message}", now)
+                    return
                 unreachable_since = unreachable_since or now
                 why = (f"agent at {address} unreachable since "
                        f"{unreachable_since.isoformat(timespec='seconds')}: {exc.message}")
