@@ -10,9 +10,11 @@ leaves the host either as it was or as planned, never in between:
    of ``KernelFS.controllers``) and read back;
 4. a "done" record is journaled.
 
-A failed write or read-back rolls back every change of the same apply; after
-the last write one more pass re-reads everything, because a later write can
-reset an earlier one (switching the scheduler resets nr_requests). A crash
+A failed write or read-back rolls back every change of the same apply, which
+then runs again without that setting (and what depends on it): an error on it
+alone, remembered by ``refusals`` when the kernel refuses the value for good.
+After the last write one more pass re-reads everything, because a later write
+can reset an earlier one (switching the scheduler resets nr_requests). A crash
 leaves the journal without its terminal record: ``recover`` then puts back
 every journaled "before" value, and apply/restore run it first anyway.
 
@@ -32,7 +34,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stortune.agent import journal
+from stortune.agent import journal, refusals
 from stortune.agent.journal import Intent, Original, Transaction
 from stortune.agent.kernelfs import (
     KernelFS,
@@ -237,41 +239,52 @@ def _unreadable(state: TunableState) -> str:
     return f"cannot read it: {state.reason or 'no value'}"
 
 
-def _write(fs: KernelFS, target: _Target, value: Value) -> tuple[Value | None, str | None]:
-    """Write and read back: (observed, None) when verified, else (observed, why not)."""
+#: Write errors that say the value itself is refused (not a busy or failing device): the same
+#: write fails again until the value or the device changes, so the refusal is remembered.
+_LASTING = frozenset({errno.EINVAL, errno.ERANGE, errno.EOPNOTSUPP})
+
+
+@dataclass(frozen=True)
+class _Written:
+    observed: Value | None
+    #: None when the value read back is the one written, else why not.
+    problem: str | None = None
+    #: The kernel refuses this value for good (``_LASTING``, or it keeps another value).
+    lasting: bool = False
+
+
+def _write(fs: KernelFS, target: _Target, value: Value) -> _Written:
+    """Write and read back."""
     if target.tunable.scope == "controller":
         return _write_controller(fs, target, value)
     try:
         fs.write_tunable(target.tunable, target.dev, target.tunable.format(value))
     except KernelWriteError as exc:
         code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
-        return _observe(fs, target), f"write failed: {exc.strerror} ({code})"
+        return _Written(_observe(fs, target), f"write failed: {exc.strerror} ({code})",
+                        lasting=exc.errno in _LASTING)
     except UnsafePathError as exc:
-        return None, f"write refused: {exc}"
+        return _Written(None, f"write refused: {exc}")
     observed = _observe(fs, target)
     if not target.tunable.same(observed, value):
-        return observed, f"read back {observed!r}, expected {value!r}"
-    return observed, None
+        return _Written(observed, f"read back {observed!r}, expected {value!r}", lasting=True)
+    return _Written(observed)
 
 
-def _write_controller(fs: KernelFS, target: _Target, value: Value) -> tuple[Value | None, str | None]:
+def _write_controller(fs: KernelFS, target: _Target, value: Value) -> _Written:
+    # A vendor tool's failure says nothing lasting about the value: never remembered.
     from stortune.agent.controllers.access import ControllerWriteError
 
     if fs.controllers is None:
-        return None, "write refused: no RAID controller tools configured"
+        return _Written(None, "write refused: no RAID controller tools configured")
     try:
         fs.controllers.write(fs, target.tunable, target.device, target.tunable.format(value))
     except ControllerWriteError as exc:
-        return _observe(fs, target), f"write failed: {exc}"
+        return _Written(_observe(fs, target), f"write failed: {exc}")
     observed = _observe(fs, target)
     if not target.tunable.same(observed, value):
-        return observed, f"read back {observed!r}, expected {value!r}"
-    return observed, None
-
-
-def _boot_id(fs: KernelFS) -> str | None:
-    raw = fs.read_proc("sys/kernel/random/boot_id")
-    return raw.strip() if raw else None
+        return _Written(observed, f"read back {observed!r}, expected {value!r}")
+    return _Written(observed)
 
 
 def _record_original(
@@ -345,9 +358,10 @@ def _put_back(
         if state.value == item.value:
             continue
         intent = _journal_intent(tx, t, state, item.value, None) if tx else None
-        res.after, why = _write(fs, t, item.value)
-        if why is not None:
-            res.status, res.message = "failed", why
+        written = _write(fs, t, item.value)
+        res.after = written.observed
+        if written.problem is not None:
+            res.status, res.message = "failed", written.problem
             continue
         if tx and intent:
             tx.done(intent, res.after)
@@ -393,27 +407,73 @@ def apply(
     """Make the kernel match ``plan``'s changes: all of them, or (after a failure) none.
 
     The plan's errors (fatal rejections) are settings it holds no change for: they
-    are reported (``rejections``), and block nothing else. ``ok`` says whether the
-    changes were made. ``identify`` maps a kernel name to the stable device id
-    (discovery's); when given, a change whose device now has another id is skipped,
-    never written.
+    are reported (``rejections``), and block nothing else. A change whose write or
+    read-back fails rolls the whole transaction back; when that rollback put every
+    value back, the transaction runs again without that change and those depending
+    on it, which become errors too (at most ``_RETRIES`` times), and a lasting refusal
+    is remembered (``refusals``). ``ok`` says whether the changes left were made.
+    ``identify`` maps a kernel name to the stable device id (discovery's); when given,
+    a change whose device now has another id is skipped, never written.
     """
     targets, problems = _resolve(plan.changes)
     if problems:
         return ApplyReport(ok=False, messages=[*problems, "refused: invalid plan, nothing was written"])
-    errors = [f"error: {r.source.profile}/{r.source.rule}: {r.device} {r.tunable}={r.value!r} not set:"
-              f" {r.reason}" for r in plan.fatal]
+    errors = [_error(r) for r in plan.fatal]
     sdir = Path(state_dir)
     with journal.lock(sdir, timeout=lock_timeout):
         identity = _Identity(fs, identify)
         recovery = _recover_locked(fs, sdir, identity)
         report = ApplyReport(ok=True, recovery=recovery if recovery.transactions else None,
                              rejections=plan.fatal, messages=errors)
-        if not targets:
-            report.messages.append("nothing to change")
-            return report
-        _ApplyRun(fs, sdir, identity, report).run(plan.changes, targets)
+        refusals.forget_unwanted(sdir, plan)
+        changes = list(plan.changes)
+        for attempt in range(_RETRIES + 1):
+            if not targets:  # (after a failure: the rollback left nothing applied)
+                report.ok, report.results = True, []
+                report.messages.append("nothing to change")
+                break
+            run = _ApplyRun(fs, sdir, identity, report)
+            run.run(changes, targets)
+            if run.refused is not None:  # also at the last attempt: the next apply plans it as an error
+                refusals.remember(sdir, [run.refused])
+            if report.ok or run.refused_write is None or not run.clean or attempt == _RETRIES:
+                break
+            changes, targets = _without(run.refused_write, changes, targets, report,
+                                        lasting=run.refused is not None)
         return report
+
+
+def _error(r: Rejection) -> str:
+    return (f"error: {r.source.profile}/{r.source.rule}: {r.device} {r.tunable}={r.value!r} not set:"
+            f" {r.reason}")
+
+
+#: Transactions run again after a failed one, each without the change that failed (and its
+#: dependants): a bound on the writes and rollbacks one apply makes whatever the kernel does.
+_RETRIES = 3
+
+
+def _without(failure: ChangeResult, changes: list[Change], targets: list[_Target],
+             report: ApplyReport, *, lasting: bool) -> tuple[list[Change], list[_Target]]:
+    """The plan without ``failure``'s change and those depending on it on the same device; each
+    is added to ``report``'s errors, as the planner would have if it had known."""
+    index = next(i for i, t in enumerate(targets) if t.key == (failure.device_id, failure.tunable))
+    failed = changes[index]
+    reason = refusals.refused_reason(failed.tunable, failure.message, lasting=lasting)
+    blocked = refusals.dependants(failed.tunable)
+    keep: list[int] = []
+    for i, (c, t) in enumerate(zip(changes, targets, strict=True)):
+        if i != index and not (t.device_id == failure.device_id and c.tunable in blocked):
+            keep.append(i)
+            continue
+        why = reason if i == index else refusals.blocked_reason(c.tunable, failed.tunable, reason)
+        error = Rejection(device=c.device, device_id=c.device_id, tunable=c.tunable, value=c.desired,
+                          reason=why, fatal=True, source=c.source)
+        report.rejections.append(error)
+        report.messages.append(_error(error))
+    report.messages.append(f"applying the other {len(keep)} change(s) without {failed.device}"
+                           f" {failed.tunable}")
+    return [changes[i] for i in keep], [targets[i] for i in keep]
 
 
 @dataclass
@@ -427,9 +487,18 @@ class _ApplyRun:
     intents: list[Intent] = field(default_factory=list)
     #: (side effect's key, the tunable whose write reset it, the value that write left)
     causes: list[tuple[tuple[str, str], str, Value]] = field(default_factory=list)
+    #: The change whose own write or read-back failed, if one did (a failure of the final pass
+    #: is not blamed on one change: which later write reset it?); ``clean``: the rollback then
+    #: put every value back.
+    refused_write: ChangeResult | None = None
+    clean: bool = True
+    #: A lasting refusal of the failed write (``refusals``).
+    refused: refusals.Refusal | None = None
+    boot: str | None = None
 
     def run(self, changes: list[Change], targets: list[_Target]) -> None:
-        tx = journal.begin(self.state_dir, f"apply {len(targets)} change(s)", boot_id=_boot_id(self.fs))
+        self.boot = refusals.boot_id(self.fs)
+        tx = journal.begin(self.state_dir, f"apply {len(targets)} change(s)", boot_id=self.boot)
         self.report.txid = tx.txid
         results = [
             t.result("not-attempted", before=c.current, desired=c.desired)
@@ -444,7 +513,7 @@ class _ApplyRun:
                     self.report.messages.append(f"{res.device} {res.tunable}: {res.message}")
                     continue
                 if not self._one(tx, target, change.desired, res):
-                    failure = res
+                    failure = self.refused_write = res
                     break
             else:
                 failure = self._verify_all(changes, targets, results)
@@ -453,7 +522,7 @@ class _ApplyRun:
                 # After the commit record: what a rolled-back write left is no value to go back to.
                 journal.note_causes(self.state_dir, self.causes)
             else:
-                self._roll_back(results, failure)
+                self.clean = self._roll_back(results, failure)
                 tx.end(
                     "rolled-back",
                     device=failure.device,
@@ -492,9 +561,12 @@ class _ApplyRun:
         _record_original(self.state_dir, tx, target, state)
         intent = _journal_intent(tx, target, state, desired, None)
         self.intents.append(intent)
-        res.after, why = _write(self.fs, target, desired)
-        if why is not None:
-            res.status, res.message = "failed", why
+        written = _write(self.fs, target, desired)
+        res.after = written.observed
+        if written.problem is not None:
+            res.status, res.message = "failed", written.problem
+            if written.lasting:
+                self.refused = self._refusal(target, desired, written.problem)
             return False
         tx.done(intent, res.after)
         for side in sides:
@@ -502,6 +574,14 @@ class _ApplyRun:
                 self.causes.append((side.key, target.tunable.name, left))
         res.status = "applied"
         return True
+
+    def _refusal(self, target: _Target, value: Value, why: str) -> refusals.Refusal:
+        # The coupled values as this write found them, read before the rollback changes them.
+        context = {n: _observe(self.fs, _Target(catalog.get(n), target.device, target.device_id))
+                   for n in refusals.coupled(target.tunable.name)}
+        return refusals.Refusal(boot_id=self.boot, device_id=target.device_id, device=target.device,
+                                tunable=target.tunable.name, value=value, context=context, reason=why,
+                                at=time.time())
 
     def _verify_all(
         self, changes: list[Change], targets: list[_Target], results: list[ChangeResult]
@@ -521,7 +601,8 @@ class _ApplyRun:
                 first = first or res
         return first
 
-    def _roll_back(self, results: list[ChangeResult], failure: ChangeResult) -> None:
+    def _roll_back(self, results: list[ChangeResult], failure: ChangeResult) -> bool:
+        """Put back what this transaction wrote; True when every value is back."""
         items, _ = _first_befores(self.intents)  # this process wrote them: all known
         put_back = _put_back(self.fs, items, self.identity)
         back = {(r.device_id, r.tunable): r for r in put_back}
@@ -548,6 +629,7 @@ class _ApplyRun:
             if pb.status != "restored"
         ]
         self.report.messages[:0] = messages
+        return all(pb.status in ("restored", "vanished") for pb in put_back)
 
 
 # -- restore ---------------------------------------------------------------------------
@@ -605,7 +687,7 @@ def restore(
                         message=exc.args[0],
                     )
                 )
-        tx = journal.begin(sdir, f"restore {len(items)} original(s)", boot_id=_boot_id(fs))
+        tx = journal.begin(sdir, f"restore {len(items)} original(s)", boot_id=refusals.boot_id(fs))
         report.txid = tx.txid
         try:
             report.results.extend(_put_back(fs, items, identity, tx=tx))
@@ -674,7 +756,7 @@ def recover(
 
 def _recover_locked(fs: KernelFS, state_dir: Path, identity: _Identity) -> RecoveryReport:
     report = RecoveryReport()
-    boot = _boot_id(fs)
+    boot = refusals.boot_id(fs)
     # Newest first: undoing in reverse order ends at the oldest "before" values.
     for p in reversed(journal.pending(state_dir)):
         txid = p.txid or p.path.name

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from stortune.agent import discovery, executor, journal, sources
+from stortune.agent import discovery, executor, journal, refusals, sources
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas import planner, stripecache
 from stortune.schemas.documents import DocumentError, parse_profile
@@ -98,9 +98,14 @@ def plan(fs: KernelFS, profiles: Sequence[StorageProfile], state_dir: Path | Non
          ram_share: float = stripecache.DEFAULT_RAM_SHARE) -> Planned:
     """Discover and plan; without ``state_dir`` no original is known, so nothing is to be put back.
 
-    ``ram_share``: a stripe_cache_size costing more of the host's RAM is refused."""
+    ``ram_share``: a stripe_cache_size costing more of the host's RAM is refused. A value the
+    kernel refused when last written here (``refusals``) is an error of the plan, like one the
+    planner knows the device refuses."""
     topo, unplaced = _discover(fs, state_dir)
-    return Planned(topo, planner.plan(profiles, topo, stripe_cache_ram_share=ram_share), unplaced)
+    result = planner.plan(profiles, topo, stripe_cache_ram_share=ram_share)
+    if state_dir is not None:
+        result = refusals.withhold(result, topo, refusals.load(state_dir), refusals.boot_id(fs))
+    return Planned(topo, result, unplaced)
 
 
 def observed(fs: KernelFS, state_dir: Path | None = None) -> tuple[dict[str, dict[str, TunableState]], str]:
