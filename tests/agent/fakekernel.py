@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import errno
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from stortune.agent.kernelfs import KernelFS
+from stortune.agent.kernelfs import KernelFS, KernelWriteError
+from stortune.schemas.catalog import Tunable
 from stortune.schemas.plan import Change, Source
 from stortune.schemas.topology import DeviceKind
 
@@ -33,6 +38,33 @@ def make_fake_kernel(root: Path, devices: dict[str, dict[str, str]]) -> KernelFS
         for attr, text in attrs.items():
             (real / "queue" / attr).write_text(text)
     return KernelFS.at(sysfs, procfs)
+
+
+@dataclass(frozen=True)
+class PickyKernel(KernelFS):
+    """Plain files plus what a real queue does with values it will not hold, which no planner can
+    foresee: above ``refuses[tunable]`` the write fails with EINVAL (nr_requests over the depth of a
+    queue without a scheduler), above ``clamps[tunable]`` it succeeds but keeps the limit (a
+    driver's can_queue). Every write is logged as (device, tunable, text)."""
+
+    refuses: Mapping[str, int] = field(default_factory=dict, compare=False)
+    clamps: Mapping[str, int] = field(default_factory=dict, compare=False)
+    writes: list[tuple[str, str, str]] = field(default_factory=list, compare=False)
+
+    @classmethod
+    def over(cls, fs: KernelFS, *, refuses: Mapping[str, int] | None = None,
+             clamps: Mapping[str, int] | None = None) -> PickyKernel:
+        return cls(fs.sysfs, fs.procfs, fs.dev, fs.controllers, refuses=refuses or {},
+                   clamps=clamps or {})
+
+    def write_tunable(self, tunable: Tunable, device: str | None, text: str) -> None:
+        self.writes.append((device or "host", tunable.name, text))
+        name = tunable.name
+        if name in self.refuses and int(text) > self.refuses[name]:
+            raise KernelWriteError(errno.EINVAL, os.strerror(errno.EINVAL), name)
+        if name in self.clamps:
+            text = str(min(int(text), self.clamps[name]))
+        super().write_tunable(tunable, device, text)
 
 
 def queue_file(fs: KernelFS, device: str, attr: str) -> Path:

@@ -100,7 +100,7 @@ def test_apply_then_restore(loop_device: str, tmp_path: Path) -> None:
 def test_refused_value_rolls_back_earlier_changes(loop_device: str, tmp_path: Path, bad: str) -> None:
     dev, state = loop_device, tmp_path / "state"
     original = snapshot(dev)
-    plan, _ = tuning_plan(dev)
+    plan, want = tuning_plan(dev)
     hw = int(sysfs(dev, "max_hw_sectors_kb"))
     changes: list[Change] = [c for c in plan.changes if c.tunable != bad]
     if bad == "max_sectors_kb":
@@ -112,20 +112,21 @@ def test_refused_value_rolls_back_earlier_changes(loop_device: str, tmp_path: Pa
 
     report = executor.apply(FS, Plan(changes=changes), state)
 
-    assert not report.ok
-    failed = [r for r in report.results if r.status == "failed"]
-    assert [(r.device, r.tunable) for r in failed] == [(dev, bad)]
+    # Rolled back, then applied again without it: an error on that setting alone.
+    assert report.ok, report.messages
+    assert [(r.device, r.tunable) for r in report.rejections] == [(dev, bad)]
     assert bad in report.messages[0] and dev in report.messages[0]
+    assert "rolled back the" in report.messages[0]
     if bad == "scheduler":
-        assert "Invalid argument" in failed[0].message
+        assert "Invalid argument" in report.rejections[0].reason
     else:
-        assert f"expected {hw * 2}" in failed[0].message or "Invalid argument" in failed[0].message
-    assert snapshot(dev) == original
-    statuses = {r.tunable: r.status for r in report.results}
-    assert statuses.pop(bad) == "failed"
-    assert set(statuses.values()) <= {"rolled-back", "not-attempted"}
-    assert "rolled-back" in statuses.values()
+        reason = report.rejections[0].reason
+        assert f"expected {hw * 2}" in reason or "Invalid argument" in reason
+    assert {r.tunable: r.status for r in report.results} == {t: "applied" for t in want if t != bad}
+    assert snapshot(dev) == {**want, bad: original[bad]}
     assert journal.pending(state) == []
+    assert executor.restore(FS, state).ok
+    assert snapshot(dev) == original
 
 
 def test_second_apply_keeps_the_first_original(loop_device: str, tmp_path: Path) -> None:

@@ -24,6 +24,7 @@ from stortune.agent.journal import ExperimentBusyError
 from stortune.agent.tune import LocalExperiment, TuneError
 from stortune.schemas.documents import parse_profile
 from stortune.schemas.tuning.experiment import baseline_point, check_against_device, parse_experiment
+from tests.agent.fakekernel import PickyKernel
 from tests.agent.surfacefio import SurfaceFio
 from tests.fixtures.agent_host import Host
 from tests.fixtures.sysfs_builder import SysfsBuilder
@@ -314,3 +315,18 @@ def test_hostile_a_trial_value_the_device_stops_offering_is_a_failed_trial_not_a
     assert asked and all(not m.ok and "'mq-deadline' is not offered" in m.message for m in asked)
     assert {s["scheduler"] for s in fio.seen} == {"none"}  # fio ran only for the baseline's trials
     assert len(fio.seen) == len(result.trials) - len(asked)
+
+
+def test_hostile_a_trial_value_the_kernel_refuses_when_written_is_a_failed_trial(
+        host: Host, tmp_path: Path) -> None:
+    """A value refused only at write time (EINVAL) is rolled back and the rest applied around it
+    (issue 26.9); the trial asking for it still fails, and is not measured."""
+    doc = experiment(parameters=[{"tunable": "nr_requests", "values": [64, 256]}])
+    exp, fio = run_experiment(host, tmp_path, doc, lambda s: 300 * MiB)
+    exp.fs = PickyKernel.over(exp.fs, refuses={"nr_requests": 128})  # a queue without a scheduler
+    result = exp.run()
+    asked = [t.measurement for t in result.trials if t.measurement.point["nr_requests"] == 256]
+    # Refused when written, then remembered: each such trial fails, naming the kernel's reason.
+    assert len(asked) >= 2 and all(not m.ok and "Invalid argument (EINVAL)" in m.message for m in asked)
+    assert len(fio.seen) == len(result.trials) - len(asked)
+    assert host.queue("nr_requests") == "128"
