@@ -13,14 +13,18 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from fastapi.routing import APIRoute
 
 from stortune.server.api import documents
+from stortune.server.api.bodies import INLINE_BYTES, OffLoopBodyRoute
 from stortune.server.api.documents import DocumentLimits, parse
+from stortune.server.api.router import INCLUDED
 from stortune.server.errors import ApiError, BadRequest, TooLarge
-from tests.server.builders import API, profile_doc
+from tests.server.builders import API, profile_doc, registration
 from tests.server.support import AppFactory, TestClient, admin_client
 
 YAML = {"content-type": "application/yaml"}
+JSON = {"content-type": "application/json"}
 LIMITS = DocumentLimits(max_depth=64, max_nodes=1000, max_value_chars=1024, max_bytes=1 << 20)
 
 
@@ -181,10 +185,14 @@ def test_hostile_slow_parse_leaves_healthz_and_heartbeats_answering(make_app: Ap
     assert answers == [201]
 
 
-def _waiting(app: FastAPI) -> int:
+def _waiting(app: FastAPI, count: int) -> bool:
+    """Whether ``count`` requests come to wait for a parser (looked at for up to 10 s)."""
     parsers: documents.Parsers = app.state.document_parsers
-    waiting: int = parsers.limiter.statistics().tasks_waiting
-    return waiting
+    for _ in range(1000):
+        if parsers.limiter.statistics().tasks_waiting >= count:
+            return True
+        threading.Event().wait(0.01)
+    return False
 
 
 def test_hostile_parses_past_the_queue_get_503_at_once(make_app: AppFactory, held: _HeldParser) -> None:
@@ -195,8 +203,7 @@ def test_hostile_parses_past_the_queue_get_503_at_once(make_app: AppFactory, hel
         posters = [_post_in_thread(client, answers)]
         assert held.entered.acquire(timeout=10)
         posters += [_post_in_thread(client, answers) for _ in range(waiting)]
-        while _waiting(app) < waiting:  # each is queued behind the held parse
-            threading.Event().wait(0.01)
+        assert _waiting(app, waiting)  # each is queued behind the held parse
         refused = client.post(f"{API}/profiles", json=profile_doc("one-too-many"))
         assert refused.status_code == 503, refused.text
         assert "too many documents" in refused.json()["message"] and refused.headers["Retry-After"] == "2"
@@ -205,3 +212,60 @@ def test_hostile_parses_past_the_queue_get_503_at_once(make_app: AppFactory, hel
             poster.join()
     # The held one and the waiting ones were all parsed in turn (one created, the rest name it again).
     assert sorted(answers) == [201] + [409] * waiting
+
+
+# Large JSON bodies of the model routes ----------------------------------------------------
+
+
+def _many_facts(facts: int, size: int) -> dict[str, Any]:
+    """A registration of ``facts`` extra facts, each value ``size`` characters."""
+    return {**registration("h9"), "facts": {f"f{i}": "v" * size for i in range(facts)}}
+
+
+def test_hostile_large_invalid_body_gets_the_answer_a_small_one_gets(make_app: AppFactory) -> None:
+    app = make_app()
+    with admin_client(app) as client:
+        small, large = _many_facts(65, 1), _many_facts(65, 1024)
+        assert len(json.dumps(large)) > INLINE_BYTES >= len(json.dumps(small))
+        answers = [client.post(f"{API}/agents/register", json=body) for body in (small, large)]
+        assert [a.status_code for a in answers] == [422, 422]
+        assert answers[0].json()["details"] == answers[1].json()["details"]
+        assert "at most 64" in answers[1].json()["details"]["causes"][0]["message"]
+        broken = b'{"name": "h9", "x": "' + b"y" * INLINE_BYTES + b'"'
+        for body in (b'{"name": "h9", "x": "', broken):
+            answer = client.post(f"{API}/agents/register", content=body, headers=JSON)
+            assert answer.status_code == 422 and "JSON decode error" in answer.text, answer.text
+        valid = {**registration("h9"), "facts": {f"f{i}": "v" * 1024 for i in range(64)}}
+        assert len(json.dumps(valid)) > INLINE_BYTES
+        assert client.post(f"{API}/agents/register", json=valid).status_code == 200
+
+
+def test_hostile_large_body_waits_for_a_parser_while_small_ones_answer(make_app: AppFactory,
+                                                                       held: _HeldParser) -> None:
+    app = make_app(document_parsers=1)
+    with admin_client(app) as client:
+        assert client.post(f"{API}/agents/register", json=registration("h1")).status_code == 200
+        answers: list[int] = []
+        poster = _post_in_thread(client, answers)  # holds the one parser
+        assert held.entered.acquire(timeout=10)
+        large = threading.Thread(target=lambda: answers.append(
+            client.post(f"{API}/agents/register", json=_many_facts(65, 1024)).status_code))
+        large.start()
+        assert _waiting(app, 1)  # the large body waits for the parser, not parsed on the loop
+        heartbeat = client.post(f"{API}/agents/h1/heartbeat", json={"topology_hash": "", "boot_id": "boot-1"})
+        assert heartbeat.status_code == 200 and client.get("/healthz").status_code == 200
+        held.order.append("others answered")
+        assert answers == []
+        held.release.set()
+        for thread in (poster, large):
+            thread.join()
+    assert held.order == ["parse started", "others answered", "parse finished"]
+    assert sorted(answers) == [201, 422]
+
+
+def test_every_route_with_a_body_parses_large_ones_off_the_loop() -> None:
+    plain = [f"{sorted(route.methods)} {prefix}{route.path}" for prefix, router in INCLUDED
+             for route in router.routes
+             if isinstance(route, APIRoute) and route.body_field is not None
+             and not isinstance(route, OffLoopBodyRoute)]
+    assert plain == [], "give these routers route_class=OffLoopBodyRoute (api/bodies.py)"

@@ -62,9 +62,9 @@ class Settings(BaseModel):
     max_document_bytes: int = Field(default=1 << 20, ge=1024)
     max_document_nodes: int = Field(default=20_000, ge=1000, le=1_000_000)
     max_document_value_chars: int = Field(default=256 * 1024, ge=1024)
-    # Documents parsed at once, off the event loop (api/documents.py); a few more may wait, the
-    # rest are answered 503 at once.
-    document_parsers: int = Field(default=2, ge=1, le=64)
+    # Documents (and large JSON bodies) parsed at once, off the event loop (api/documents.py);
+    # 16 more per parser may wait, the rest are answered 503 at once.
+    document_parsers: int = Field(default=1, ge=1, le=64)
     # Per-token rate limits of expensive calls, in calls per minute, by name
     # ("dry-run", "diagnostics", "benchmark-runs"); unnamed ones keep the route's default.
     rate_limits: dict[str, float] = Field(default_factory=dict)

@@ -2,8 +2,9 @@
 
 A parser holds whichever thread runs it: on the event loop, one 1.3 MiB profile of
 100,000 keys kept /healthz and every heartbeat waiting 16 s (issue 26). So the parse
-runs in a worker thread, at most ``document_parsers`` at once with a few more waiting
-(the rest are answered 503 at once, not queued), and each document's work is bounded:
+runs in a worker thread, at most ``document_parsers`` at once (one: the parsers hold the
+GIL, so more would only take turns with the event loop) with a few more waiting (the rest
+are answered 503 at once, not queued), and each document's work is bounded:
 nodes and one value's characters are counted as the parser produces them, so a hostile
 document is refused after work proportional to the limit, not to its size. Bytes and
 JSON depth are bounded before this runs (api/limits.py).
@@ -12,8 +13,9 @@ JSON depth are bounded before this runs (api/limits.py).
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import anyio.to_thread
@@ -24,8 +26,9 @@ from stortune.server.api.limits import too_deep_message
 from stortune.server.errors import BadRequest, TooLarge, Unavailable
 from stortune.server.settings import Settings
 
+T = TypeVar("T")
 #: Parses that may wait for a parser, per parser; past them a request is answered 503 at once.
-WAITING_PER_PARSER = 4
+WAITING_PER_PARSER = 16
 #: libyaml's parser when PyYAML has it: the pure-Python one is some 20 times slower.
 _EVENTS: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -132,17 +135,22 @@ def parse(body: bytes, syntax: str, limits: DocumentLimits) -> Any:
 
 
 class Parsers:
-    """The worker threads documents are parsed in: at most ``parsers`` at once, a few waiting."""
+    """The worker threads documents and large bodies are parsed in: at most ``parsers`` at once,
+    a few waiting."""
 
     def __init__(self, parsers: int) -> None:
         self.limiter = anyio.CapacityLimiter(parsers)
         self.max_waiting = parsers * WAITING_PER_PARSER
 
-    async def parse(self, body: bytes, syntax: str, limits: DocumentLimits) -> Any:
-        if len(body) > limits.max_bytes:  # a chunked body: its length was not declared
-            raise limits.too_many_bytes()
+    async def run(self, work: Callable[..., T], *args: Any) -> T:
+        """``work(*args)`` in a parser's thread; 503 at once when too many already wait for one."""
         if self.limiter.statistics().tasks_waiting >= self.max_waiting:
             raise Unavailable("too many documents are being read at once on this server; retry in a few "
                               "seconds", headers={"Retry-After": "2"})
-        # Looked up at each call, so a test can put a slow parser in its place.
-        return await anyio.to_thread.run_sync(parse, body, syntax, limits, limiter=self.limiter)
+        return await anyio.to_thread.run_sync(work, *args, limiter=self.limiter)
+
+    async def parse(self, body: bytes, syntax: str, limits: DocumentLimits) -> Any:
+        if len(body) > limits.max_bytes:  # a chunked body: its length was not declared
+            raise limits.too_many_bytes()
+        # ``parse`` is looked up at each call, so a test can put a slow parser in its place.
+        return await self.run(parse, body, syntax, limits)

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.api.agent import HOST_KEY_HEADER
 from stortune.server.api.audit import audited_when_refused, note_resource
+from stortune.server.api.bodies import OffLoopBodyRoute
 from stortune.server.api.deps import HostName, NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.security import Authorized
@@ -34,7 +35,7 @@ from stortune.server.services.pacing import FleetSize, Pace
 from stortune.server.services.watches import WatchBook
 from stortune.server.settings import Settings
 
-router = APIRouter(prefix="/agents", tags=["agents"])
+router = APIRouter(route_class=OffLoopBodyRoute, prefix="/agents", tags=["agents"])
 
 # The agents' bootstrap token (role agent) may make these calls and nothing else,
 # and for an enrolled host only with the host's key (services/host_keys.py).

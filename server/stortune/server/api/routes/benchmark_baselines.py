@@ -16,6 +16,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Query, Response, status
 
 from stortune.schemas.profile import NAME_PATTERN, is_name
+from stortune.server.api.bodies import OffLoopBodyRoute
 from stortune.server.api.deps import NamePath, NowDep, SessionDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.routes.benchmarks import visible_hosts, visible_run
@@ -25,7 +26,7 @@ from stortune.server.errors import NotFound
 from stortune.server.models.benchmarks import BaselineSet, BenchmarkBaselineDocument, BenchmarkBaselineList
 from stortune.server.services import benchmark_baselines
 
-router = APIRouter(prefix="/benchmarks/baselines", tags=["benchmarks"])
+router = APIRouter(route_class=OffLoopBodyRoute, prefix="/benchmarks/baselines", tags=["benchmarks"])
 
 Reader = Annotated[Principal, Authorized(Permission.READ_BENCHMARKS)]
 Setter = Annotated[Principal, Authorized(Permission.RUN_BENCHMARKS)]

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from stortune.server.agentclient import AgentClientFactory
 from stortune.server.api import label_selector
+from stortune.server.api.bodies import OffLoopBodyRoute
 from stortune.server.api.cached_reads import READ_HOSTS, host_key, page_key, status_key
 from stortune.server.api.deps import NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
@@ -31,7 +32,7 @@ from stortune.server.services import analysis, host_pages, hosts
 from stortune.server.services.fleet_state import FleetState
 from stortune.server.services.versions import current_resource_version
 
-router = APIRouter(prefix="/hosts", tags=["hosts"])
+router = APIRouter(route_class=OffLoopBodyRoute, prefix="/hosts", tags=["hosts"])
 
 Selector = Annotated[str | None, Query(alias="labelSelector", max_length=4096)]
 ConditionQuery = Annotated[list[str] | None, Query(

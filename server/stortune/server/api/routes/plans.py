@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
+from stortune.server.api.bodies import OffLoopBodyRoute
 from stortune.server.api.deps import SessionDep, SettingsDep
 from stortune.server.api.openapi import TOO_MANY
 from stortune.server.api.routes.profiles import DryRunQuota, Writer
 from stortune.server.models.profiles import HostPlan, PlanRequest, PlanResult
 from stortune.server.services import profiles
 
-router = APIRouter(prefix="/plans", tags=["profiles"])
+router = APIRouter(route_class=OffLoopBodyRoute, prefix="/plans", tags=["profiles"])
 
 
 @router.post("", responses=TOO_MANY)

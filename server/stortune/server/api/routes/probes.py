@@ -34,6 +34,7 @@ from stortune.server.agentclient import (
     AgentRejected,
 )
 from stortune.server.api.audit import note_resource
+from stortune.server.api.bodies import OffLoopBodyRoute
 from stortune.server.api.deps import NowDep, SessionDep
 from stortune.server.api.openapi import BAD_REQUEST, CONFLICT, NOT_FOUND
 from stortune.server.api.ratelimit import RateLimited
@@ -44,7 +45,7 @@ from stortune.server.models.probes import ProbeList, ProbeRequest, ProbeView
 from stortune.server.services import hosts, probes
 
 log = logging.getLogger("stortune.server.probes")
-router = APIRouter(tags=["hosts"])
+router = APIRouter(route_class=OffLoopBodyRoute, tags=["hosts"])
 
 Reader = Annotated[Principal, Authorized(Permission.READ_BENCHMARKS)]
 Runner = Annotated[Principal, Authorized(Permission.RUN_BENCHMARKS)]

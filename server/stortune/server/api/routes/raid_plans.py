@@ -10,10 +10,11 @@ from typing import Annotated
 from fastapi import APIRouter
 
 from stortune.schemas.analysis.raid import RaidPlan, RaidPlanRequest, plan_raid
+from stortune.server.api.bodies import OffLoopBodyRoute
 from stortune.server.api.security import Authorized
 from stortune.server.auth import Permission, Principal
 
-router = APIRouter(prefix="/raid-plans", tags=["analysis"])
+router = APIRouter(route_class=OffLoopBodyRoute, prefix="/raid-plans", tags=["analysis"])
 
 Planner = Annotated[Principal, Authorized(Permission.PLAN_STORAGE)]
 

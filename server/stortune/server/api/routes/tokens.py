@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Path, Request, status
 
 from stortune.server.api.access import Authenticator
 from stortune.server.api.audit import note_resource
+from stortune.server.api.bodies import OffLoopBodyRoute
 from stortune.server.api.deps import NowDep, SessionDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.security import Authorized
@@ -17,7 +18,7 @@ from stortune.server.errors import NotFound
 from stortune.server.models.tokens import TokenCreate, TokenCreated, TokenList, TokenView
 from stortune.server.services import tokens
 
-router = APIRouter(prefix="/tokens", tags=["tokens"])
+router = APIRouter(route_class=OffLoopBodyRoute, prefix="/tokens", tags=["tokens"])
 
 Admin = Annotated[Principal, Authorized(Permission.MANAGE_TOKENS)]
 _ID = re.compile(r"[0-9a-f]{12}")
