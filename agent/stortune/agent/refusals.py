@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from stortune.agent import journal
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas import catalog
-from stortune.schemas.plan import Desired, Plan, Rejection
+from stortune.schemas.plan import KERNEL_REFUSED, Desired, Plan, Rejection
 from stortune.schemas.topology import Topology
 
 Value = int | str
@@ -87,7 +87,7 @@ def refused_reason(tunable: str, why: str, *, lasting: bool = True) -> str:
         return f"the write failed: {why}; tried again at the next apply"
     also = coupled(tunable)
     when = f", when {', '.join(also)} change{'s' if len(also) == 1 else ''}" if also else ""
-    return (f"the kernel refused it: {why}; choose a value this device takes (tried again when"
+    return (f"{KERNEL_REFUSED}{why}; choose a value this device takes (tried again when"
             f" its value or the device changes{when}, or after a reboot)")
 
 
@@ -128,7 +128,8 @@ def forget_unwanted(state_dir: Path, plan: Plan) -> None:
     kept = load(state_dir)
     if not kept:
         return
-    wanted = {(w.device_id, w.tunable): w.desired for w in [*plan.desired, *plan.changes]}
+    wanted = {(w.device_id, w.tunable): w.desired for w in plan.desired}
+    wanted |= {(c.device_id, c.tunable): c.desired for c in plan.changes}
     wanted |= {(r.device_id, r.tunable): r.value for r in plan.fatal}
     still = [r for r in kept if wanted.get((r.device_id, r.tunable)) == r.value]
     if len(still) != len(kept):
@@ -158,14 +159,8 @@ def withhold(plan: Plan, topology: Topology, refused: Iterable[Refusal], boot: s
                 or any(will_have(want.device_id, n) != v for n, v in r.context.items())):
             continue
         errors[want.device_id, want.tunable] = r.rejection(want)
-    if not errors:
-        return plan
     _block_dependants(plan.desired, errors)
-    return plan.model_copy(update={
-        "desired": [d for d in plan.desired if (d.device_id, d.tunable) not in errors],
-        "changes": [c for c in plan.changes if (c.device_id, c.tunable) not in errors],
-        "rejections": [*plan.rejections, *errors.values()],
-    })
+    return plan.holding(errors.values())
 
 
 def _block_dependants(desired: Sequence[Desired], errors: dict[tuple[str, str], Rejection]) -> None:

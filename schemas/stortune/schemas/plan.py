@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -53,6 +54,12 @@ class Restoration(_Model):
     desired: Value = Field(description="The value put back")
     to: Literal["original", "cause"] = "original"
     cause: str | None = Field(default=None, description="to=cause: the tunable whose write left `desired`")
+
+
+#: How the reason of a value the kernel refused when written starts (found by the agent's write,
+#: not by the planner): the agent then plans it as an error until the value, the device or what
+#: the value is coupled to changes, and the control plane does not ask for it again meanwhile.
+KERNEL_REFUSED = "the kernel refused it: "
 
 
 class Rejection(_Model):
@@ -122,6 +129,17 @@ class Plan(_Model):
     def empty(self) -> bool:
         """Nothing would change: no setting to make (audit ones included) and none to put back."""
         return not self.changes and not self.restorations
+
+    def holding(self, errors: Iterable[Rejection]) -> Plan:
+        """This plan with ``errors``' settings held as errors: no longer wanted or changed here."""
+        held = {(r.device_id, r.tunable): r for r in errors}
+        if not held:
+            return self
+        return self.model_copy(update={
+            "desired": [d for d in self.desired if (d.device_id, d.tunable) not in held],
+            "changes": [c for c in self.changes if (c.device_id, c.tunable) not in held],
+            "rejections": [*self.rejections, *held.values()],
+        })
 
     def enforced(self) -> Plan:
         """The same plan without the changes that audit-mode profiles only report
