@@ -80,6 +80,13 @@ CASES = [
     Case("YAML alias bomb",
          lambda c: c.post(f"{API}/profiles", content=_BOMB, headers=YAML),
          400, "aliases"),
+    Case("YAML document of 30,000 keys (issue 26: parsed on the event loop, it froze the server)",
+         lambda c: c.post(f"{API}/profiles", headers=YAML, content="spec:\n" + "".join(
+             f"  k{i}: {i}\n" for i in range(30_000))),
+         413, "--max-document-nodes"),
+    Case("JSON document holding a 300,000-character value",
+         lambda c: c.post(f"{API}/profiles", json=_profile_with(annotations={"a": "x" * 300_000})),
+         413, "--max-document-value"),
     Case("deeply nested JSON document",
          lambda c: c.post(f"{API}/profiles", content=f'{{"metadata": {_DEEP_JSON}}}', headers=JSON),
          400, f"more than {MAX_DEPTH} levels"),
