@@ -64,6 +64,18 @@ def test_a_100_mb_include_is_skipped_and_the_rest_converted(tmp_path: Path,
     assert "skipped 'include = big': " in err and "larger than 1048576 bytes" in err
 
 
+def test_hostile_exponential_variables_are_skipped_naming_the_variable(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Issue 26: seven levels of a variable used 60 times, a 2 KiB file, ran past 90 s of CPU.
+    levels = "".join(f"v{i}={f'${{v{i - 1}}}' * 60}\n" for i in range(1, 8))
+    mine = write(tmp_path / "mine", f"[variables]\nv0=4096\n{levels}[disk]\nreadahead=${{v7}}\n"
+                                    "[d2]\ntype=disk\ndevices=vd*\nreadahead=1024\n")
+    code, out, err = stortune(capsys, "import", "tuned", str(mine), "--tuned-dir", str(tmp_path / "none"))
+    assert code == 0  # the rest is converted
+    assert yaml.safe_load(out)["spec"]["rules"][0]["settings"] == {"read_ahead_kb": 1024}
+    assert "skipped 'readahead = ${v7}': ${v6} expands the value to 18000 characters, more than 16384" in err
+
+
 def test_symlinks_fifos_and_binary_are_not_read(tmp_path: Path) -> None:
     secret = tmp_path / "secret"
     secret.write_text("[disk]\nreadahead=4\n")
