@@ -75,7 +75,8 @@ def test_hostile_a_value_the_kernel_refuses_when_written_shows_on_the_host_and_i
         assert client.post(f"{API}/agents/register", json={
             "name": "rpc-host", "address": picky_agent.address, "labels": {"role": "streamer"},
             "facts": {"boot_id": BOOT_ID}}).status_code == 200
-        for doc in (profile_doc("deep", settings={"nr_requests": 256}), profile_doc()):
+        docs = [profile_doc("deep", settings={"nr_requests": 256}), profile_doc()]
+        for doc in docs:
             assert client.post(f"{API}/profiles", json=doc).status_code == 201
 
         def host_status() -> dict[str, Any]:
@@ -102,6 +103,14 @@ def test_hostile_a_value_the_kernel_refuses_when_written_shows_on_the_host_and_i
         deep = eventually(lambda: (s := client.get(f"{API}/profiles/deep").json()["status"])
                           .get("phase") == "Failed" and s, what="deep's status Failed")
         assert deep["rejectedHosts"] == ["rpc-host"]
+
+        # A dry run of the same documents (stortune apply --dry-run, diff) names it as an error too.
+        dry = client.post(f"{API}/plans", json={"profiles": docs, "delete": []})
+        assert dry.status_code == 200, dry.text
+        planned = dry.json()["plans"]["rpc-host"]
+        assert planned["changes"] == []
+        assert [(r["tunable"], r["fatal"], r["reason"].startswith(KERNEL_REFUSED))
+                for r in planned["rejections"]] == [("nr_requests", True, True)]
 
         # Later passes look at the host without asking for an apply: the agent would only report the
         # same refusal again (before, every pass applied, and added an Applied event).

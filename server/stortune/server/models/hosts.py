@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
+from stortune.schemas.plan import KERNEL_REFUSED, Plan, Rejection
 from stortune.server.db.tables import Host
 from stortune.server.db.tables import HostLease as LeaseRow
 from stortune.server.models.common import API_VERSION, Labels, RequestModel, check_label_map
@@ -55,6 +56,38 @@ class DeviceSetting(BaseModel):
         " at the next boot: in sync, not drift (`effective` is what runs until then)")
     effective: int | str | None = Field(default=None, description="pendingReboot: the value in effect now")
     message: str = ""
+
+
+def settings_table(raw: Sequence[Any]) -> tuple[DeviceSetting, ...]:
+    """A stored settings table; one an older server wrote in another shape is none (started afresh)."""
+    try:
+        return tuple(DeviceSetting.model_validate(d) for d in raw)
+    except ValidationError:
+        return ()
+
+
+def holding_kernel_refusals(plan: Plan, table: Iterable[DeviceSetting], *, rebooted: bool) -> Plan:
+    """``plan`` with the settings the agent last reported the kernel refusing when written (the
+    planner cannot know those; ``table``: the host's stored settings) held as errors while wanted
+    the same way (profile, generation, value): the agent would only report them again (it
+    remembers them until the value, the device or what they are coupled to changes), so neither
+    the reconciler nor a dry run counts them as changes. A reboot ends what the agent remembers."""
+    if rebooted:
+        return plan
+    last = {(d.deviceId, d.tunable): d for d in table}
+    held: list[Rejection] = []
+    for want in plan.desired:
+        row = last.get((want.device_id, want.tunable))
+        # (a setting blocked by a refused one it depends on names that refusal too)
+        if (want.in_sync or row is None or not row.message.startswith(REJECTED)
+                or KERNEL_REFUSED not in row.message
+                or (row.profile, row.generation, row.desired)
+                != (want.source.profile, want.source.generation, want.desired)):
+            continue
+        held.append(Rejection(device=want.device, device_id=want.device_id, tunable=want.tunable,
+                              value=want.desired, reason=row.message.removeprefix(REJECTED), fatal=True,
+                              source=want.source))
+    return plan.holding(held)
 
 
 class HostSpec(BaseModel):

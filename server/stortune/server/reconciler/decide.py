@@ -12,10 +12,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from stortune.schemas.plan import KERNEL_REFUSED, Plan, Rejection, Source, Value
+from stortune.schemas.plan import Plan, Rejection, Source, Value
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Topology
-from stortune.server.models.hosts import REJECTED, DeviceSetting
+from stortune.server.models.hosts import DeviceSetting, holding_kernel_refusals
 
 #: (device id, tunable): stable across renames (sdb today, sdc after a reboot).
 SettingKey = tuple[str, str]
@@ -132,31 +132,13 @@ def _same_want(before: DeviceSetting, source: Source, desired: Value) -> bool:
         source.profile, source.generation, desired)
 
 
-def _refused_by_kernel(plan: Plan, before: Mapping[SettingKey, DeviceSetting]) -> list[Rejection]:
-    """The settings the agent last reported the kernel refusing when written (the planner cannot
-    know those), still wanted the same way: the agent would only report them again (it remembers
-    them until the value, the device or what they are coupled to changes), so no apply is asked
-    for them, and they stay errors."""
-    out: list[Rejection] = []
-    for want in plan.desired:
-        last = before.get((want.device_id, want.tunable))
-        if (want.in_sync or last is None or not last.message.startswith(REJECTED)
-                or KERNEL_REFUSED not in last.message or not _same_want(last, want.source, want.desired)):
-            continue
-        out.append(Rejection(device=want.device, device_id=want.device_id, tunable=want.tunable,
-                             value=want.desired, reason=last.message.removeprefix(REJECTED), fatal=True,
-                             source=want.source))
-    return out
-
-
 def decide(view: HostView, plan: Plan, boot_id: str) -> Decision:
     """``plan`` is the planner's answer for ``view.profiles`` on what the agent reports now."""
     generations = view.generations()
     rebooted = bool(view.checked_boot_id) and bool(boot_id) and boot_id != view.checked_boot_id
     cause = REBOOTED if rebooted else RUNTIME
     before = {(d.deviceId, d.tunable): d for d in view.devices}
-    if not rebooted:  # a reboot ends what the agent remembers: it tries those values again
-        plan = plan.holding(_refused_by_kernel(plan, before))
+    plan = holding_kernel_refusals(plan, view.devices, rebooted=rebooted)
     drifted: set[SettingKey] = set()
     new_drift: list[Drift] = []
     for want in plan.desired:

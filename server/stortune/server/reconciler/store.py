@@ -12,14 +12,13 @@ from collections import OrderedDict
 from datetime import datetime
 from typing import Any
 
-from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.schemas.topology import Topology
 from stortune.server.db.tables import Host, HostLease, Profile
 from stortune.server.errors import NotFound
-from stortune.server.models.hosts import DeviceSetting
+from stortune.server.models.hosts import settings_table
 from stortune.server.reconciler.decide import HostView
 from stortune.server.reconciler.report import Update
 from stortune.server.services import experiments, hosts, profiles
@@ -107,20 +106,13 @@ def _load(session: Session, name: str, cache: Topologies) -> HostView | None:
         name=host.name, address=host.address, profiles=tuple(live),
         applied=dict(host.applied_generations), deleting=frozenset(deleting),
         conditions={c["type"]: c for c in status.get("conditions", [])},
-        devices=_devices(status.get("devices", [])),
+        devices=settings_table(status.get("devices", [])),
         topology=topology, topology_hash=host.topology_hash,
         checked_boot_id=status.get("checkedBootId"), applied_boot_id=status.get("appliedBootId"),
         refused=status.get("refusedGenerations"), lease_expired=host.lease_expired, invalid=invalid,
         boot_id=host.boot_id,
         experiment=experiments.holding(session, name),
     )
-
-
-def _devices(raw: list[dict[str, Any]]) -> tuple[DeviceSetting, ...]:
-    try:
-        return tuple(DeviceSetting.model_validate(d) for d in raw)
-    except ValidationError:  # written by an older server: start the table afresh
-        return ()
 
 
 def _topology(raw: dict[str, Any] | None) -> Topology | None:
