@@ -18,6 +18,10 @@ from typing import Any
 MAX_DEPTH = 64
 #: Nodes a document may expand to, aliases counted each time they are used.
 MAX_NODES = 200_000
+#: Parts of a YAML 1.1 base-60 number (``1:30:00`` has three). PyYAML builds one in time
+#: quadratic in its parts (a 1 MiB body of four such integers: 13 s of CPU), and a float of
+#: some 200 parts overflows (OverflowError, not a YAMLError).
+MAX_BASE60_PARTS = 16
 
 
 @cache
@@ -79,6 +83,7 @@ def _loader() -> type[Any]:
             _no_duplicate_keys(self, node)
             return super().construct_mapping(node, deep)
 
+    _bound_base60(Loader)
     return Loader
 
 
@@ -97,6 +102,23 @@ def _no_duplicate_keys(loader: Any, node: Any) -> None:
         seen.add(key)
 
 
+def _bound_base60(loader: type[Any]) -> None:
+    """Make ``loader`` refuse base-60 numbers of more than MAX_BASE60_PARTS parts."""
+    from yaml.constructor import ConstructorError
+
+    def bounded(construct: Any) -> Any:
+        def construct_number(self: Any, node: Any) -> Any:
+            if str(node.value).count(":") >= MAX_BASE60_PARTS:
+                raise ConstructorError(None, None, f"found a base-60 number (like 1:30:00) of more than "
+                                       f"{MAX_BASE60_PARTS} parts; quote it if it is text", node.start_mark)
+            return construct(self, node)
+        return construct_number
+
+    for kind in ("int", "float"):
+        tag = f"tag:yaml.org,2002:{kind}"
+        loader.add_constructor(tag, bounded(loader.yaml_constructors[tag]))
+
+
 @cache
 def _walked_loader() -> type[Any]:
     import yaml
@@ -110,6 +132,7 @@ def _walked_loader() -> type[Any]:
             result: dict[Any, Any] = super().construct_mapping(node, deep)
             return result
 
+    _bound_base60(Loader)
     return Loader
 
 
