@@ -33,7 +33,7 @@ def _fake(tmp_path: Path, devices: int = 1, **kw: Any) -> PickyKernel:
     return PickyKernel.over(plain, **kw)
 
 
-def _journal(state: Path) -> list[tuple[str, str | None]]:
+def outcomes(state: Path) -> list[tuple[str, str | None]]:
     """(outcome, tunable blamed) of each finished transaction, oldest first."""
     out = []
     for path in sorted((state / "journal" / "done").glob("*.jsonl")):
@@ -67,7 +67,7 @@ def test_hostile_an_einval_in_the_middle_of_three_writes_blocks_only_itself(tmp_
     assert fs.writes == [("fake0", "scheduler", "mq-deadline"), ("fake0", "nr_requests", "256"),
                          ("fake0", "scheduler", "none"),
                          ("fake0", "scheduler", "mq-deadline"), ("fake0", "read_ahead_kb", "4096")]
-    assert _journal(state) == [("rolled-back", "nr_requests"), ("commit", None)]
+    assert outcomes(state) == [("rolled-back", "nr_requests"), ("commit", None)]
     assert journal.pending(state) == []
     assert {a: read_queue(fs, "fake0", a) for a in ("scheduler", "nr_requests", "read_ahead_kb")} == {
         "scheduler": "mq-deadline", "nr_requests": str(DEPTH), "read_ahead_kb": "4096"}
@@ -86,7 +86,7 @@ def test_hostile_a_clamped_read_back_is_an_error_on_that_setting_alone(tmp_path:
     assert error.tunable == "nr_requests"
     assert error.reason.startswith("the kernel refused it: read back 128, expected 256;")
     assert read_queue(fs, "fake0", "read_ahead_kb") == "4096"
-    assert _journal(state) == [("rolled-back", "nr_requests"), ("commit", None)]
+    assert outcomes(state) == [("rolled-back", "nr_requests"), ("commit", None)]
 
 
 def test_hostile_a_rollback_that_fails_is_not_run_again(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_hostile_a_rollback_that_fails_is_not_run_again(tmp_path: Path) -> None:
     assert not report.ok and report.rejections == []
     assert {r.tunable: r.status for r in report.results}["scheduler"] == "rollback-failed"
     assert [w for w in fs.writes if w[1] == "read_ahead_kb"] == []  # never written: no second run
-    assert _journal(tmp_path / "state") == [("rolled-back", "nr_requests")]
+    assert outcomes(tmp_path / "state") == [("rolled-back", "nr_requests")]
 
 
 def test_hostile_every_device_refusing_is_bounded_and_learnt_over_passes(tmp_path: Path) -> None:
@@ -116,7 +116,7 @@ def test_hostile_every_device_refusing_is_bounded_and_learnt_over_passes(tmp_pat
 
     # One transaction and one refused write per attempt, at most _RETRIES + 1 of them.
     assert not report.ok
-    assert len(_journal(state)) == executor._RETRIES + 1 == 4
+    assert len(outcomes(state)) == executor._RETRIES + 1 == 4
     assert len(fs.writes) == 4
     assert [r.device for r in report.rejections] == ["fake0", "fake1", "fake2"]
     assert [r.device for r in refusals.load(state)] == ["fake0", "fake1", "fake2", "fake3"]
@@ -194,7 +194,7 @@ def test_hostile_a_refused_write_in_one_profile_does_not_stop_another_being_kept
     assert [(r.tunable, r.status) for r in again.rows] == [
         ("read_ahead_kb", "applied"), ("nr_requests", "rejected")]
     assert "Invalid argument (EINVAL)" in again.rejected[0].message
-    assert _journal(state) == [("rolled-back", "nr_requests"), ("commit", None), ("commit", None)]
+    assert outcomes(state) == [("rolled-back", "nr_requests"), ("commit", None), ("commit", None)]
     # What the RPC service answers the control plane with: an error of the plan, like a planned one.
     planned = local.plan(fs, load_profiles(_profiles(256)), state).plan
     assert [(r.tunable, r.fatal, r.source.profile) for r in planned.rejections] == [

@@ -8,7 +8,6 @@ and kept (issue 26, point 9). Every check reads /sys directly.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from stortune.agent import daemon, journal, local
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas.catalog import Tunable
 from stortune.schemas.documents import load_profiles
+from tests.agent.test_write_refusals import outcomes
 
 pytestmark = pytest.mark.root
 
@@ -69,23 +69,18 @@ spec:
 """
 
 
-def _outcomes(state: Path) -> list[tuple[str, str | None]]:
-    out = []
-    for path in sorted((state / "journal" / "done").glob("*.jsonl")):
-        last = json.loads(path.read_text().splitlines()[-1])
-        out.append((last["type"], last.get("tunable")))
-    return out
-
-
-def _read_ahead(dev: str) -> int:
-    return 2048 if _read(dev, "read_ahead_kb") != "2048" else 1024
+def _start(dev: str, scheduler: str) -> tuple[Watched, dict[str, str], int]:
+    """The device on ``scheduler`` (set by hand): the kernel watched, the queue now, a read-ahead
+    to ask for that differs from it."""
+    _queue(dev, "scheduler").write_text(scheduler)
+    return (Watched(Path("/sys"), Path("/proc")), _snapshot(dev),
+            2048 if _read(dev, "read_ahead_kb") != "2048" else 1024)
 
 
 def test_hostile_a_refused_nr_requests_on_a_loop_device_blocks_only_itself(
         loop_device: str, tmp_path: Path) -> None:
-    dev, state, fs = loop_device, tmp_path / "state", Watched(Path("/sys"), Path("/proc"))
-    _queue(dev, "scheduler").write_text("none")
-    original, read_ahead = _snapshot(dev), _read_ahead(dev)
+    dev, state = loop_device, tmp_path / "state"
+    fs, original, read_ahead = _start(dev, "none")
     profiles = load_profiles(_profiles(dev, "{nr_requests: 256}", read_ahead))
 
     report = local.converge(fs, profiles, state)
@@ -95,7 +90,7 @@ def test_hostile_a_refused_nr_requests_on_a_loop_device_blocks_only_itself(
         ("read_ahead_kb", "applied", None), ("nr_requests", "rejected", "deep")]
     assert "Invalid argument (EINVAL)" in report.rejected[0].message
     assert _snapshot(dev) == {**original, "read_ahead_kb": str(read_ahead)}
-    assert _outcomes(state) == [("rolled-back", "nr_requests"), ("commit", None)]
+    assert outcomes(state) == [("rolled-back", "nr_requests"), ("commit", None)]
     assert journal.pending(state) == []
 
     # A hand change: the re-apply puts read_ahead_kb back without trying nr_requests again.
@@ -114,9 +109,8 @@ def test_hostile_a_refused_nr_requests_on_a_loop_device_blocks_only_itself(
 
 def test_hostile_a_refusal_in_the_middle_of_three_writes_is_rolled_back_before_the_rest(
         loop_device: str, tmp_path: Path) -> None:
-    dev, state, fs = loop_device, tmp_path / "state", Watched(Path("/sys"), Path("/proc"))
-    _queue(dev, "scheduler").write_text("mq-deadline")
-    original, read_ahead = _snapshot(dev), _read_ahead(dev)
+    dev, state = loop_device, tmp_path / "state"
+    fs, original, read_ahead = _start(dev, "mq-deadline")
     # scheduler none is written, then nr_requests 256 (too many without a scheduler), then read-ahead.
     profiles = load_profiles(_profiles(dev, "{scheduler: none, nr_requests: 256}", read_ahead))
 
@@ -133,7 +127,7 @@ def test_hostile_a_refusal_in_the_middle_of_three_writes_is_rolled_back_before_t
     assert fs.writes[retry][2] == original
     assert ("read_ahead_kb", str(read_ahead)) not in written[:retry]
     assert _snapshot(dev)["scheduler"] == "none" and _read(dev, "read_ahead_kb") == str(read_ahead)
-    assert _outcomes(state) == [("rolled-back", "nr_requests"), ("commit", None)]
+    assert outcomes(state) == [("rolled-back", "nr_requests"), ("commit", None)]
 
     assert local.restore(fs, state).ok
     assert _snapshot(dev) == original

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from stortune.agent.serve import Agent, ServeOptions
+from stortune.agent.serve import Agent
 from stortune.schemas.plan import KERNEL_REFUSED, Rejection
 from stortune.schemas.planner import plan
 from stortune.schemas.profile import StorageProfile
@@ -25,7 +25,7 @@ from stortune.server.agentclient import AgentClients, GrpcAgentClient, Timeouts
 from stortune.server.reconciler.decide import HostView
 from stortune.server.reconciler.report import conclude
 from tests.agent.fakekernel import PickyKernel
-from tests.fixtures.agent_host import BOOT_ID, Host
+from tests.fixtures.agent_host import BOOT_ID, Host, serving
 from tests.server.builders import API, profile_doc
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, admin_client
@@ -57,13 +57,8 @@ def picky(host: Host) -> PickyKernel:
 
 @pytest.fixture
 def picky_agent(picky: PickyKernel, tmp_path: Path) -> Iterator[Agent]:
-    running = Agent(picky, tmp_path / "state",
-                    ServeOptions(listen="127.0.0.1:0", rescan_interval=3600, grace=1, insecure=True))
-    running.start()
-    try:
+    with serving(picky, tmp_path / "state") as running:
         yield running
-    finally:
-        running.stop()
 
 
 def test_hostile_a_value_the_kernel_refuses_when_written_shows_on_the_host_and_its_profile(
