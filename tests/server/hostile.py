@@ -111,6 +111,12 @@ CASES = [
          lambda c: c.post(f"{API}/profiles", headers=YAML,
                           content="spec: {priority: 1" + ":1" * 100_000 + "}\n"),
          400, "base-60 number"),
+    *(Case(f"a lone surrogate in a {kind}'s name (the Status quoting it could not be encoded: a 500)",
+           lambda c, kind=kind, path=path: c.post(f"{API}/{path}", headers=JSON, content=(
+               f'{{"apiVersion": "stortune/v1", "kind": "{kind}", "metadata": {{"name": "x\\ud800"}}}}')),
+           422, "")
+      for kind, path in (("StorageProfile", "profiles"), ("TuningExperiment", "experiments"),
+                         ("Benchmark", "benchmarks/runs"), ("BenchmarkSchedule", "benchmarks/schedules"))),
     Case("deeply nested YAML (flow)",
          lambda c: c.post(f"{API}/profiles", content="a: " + "[" * 5000 + "]" * 5000, headers=YAML),
          400, f"more than {MAX_DEPTH} levels"),

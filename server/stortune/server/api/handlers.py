@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -22,12 +23,24 @@ _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotF
             415: "UnsupportedMediaType", 422: "Invalid", 429: "TooManyRequests"}
 
 
+class _StatusJSON(JSONResponse):
+    """A Status quotes what the client sent, which may hold a lone surrogate (JSON's "\\ud800"
+    in a name): UTF-8 cannot encode it, so such a body goes out with non-ASCII escaped
+    instead of failing as a 500."""
+
+    def render(self, content: Any) -> bytes:
+        try:
+            return super().render(content)
+        except UnicodeEncodeError:
+            return json.dumps(content, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def status_response(
     code: int, reason: str, message: str, details: StatusDetails | None = None,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     body = Status(code=code, reason=reason, message=message, details=details or StatusDetails())
-    return JSONResponse(body.model_dump(mode="json", exclude_none=True), status_code=code, headers=headers)
+    return _StatusJSON(body.model_dump(mode="json", exclude_none=True), status_code=code, headers=headers)
 
 
 def error_response(exc: ApiError) -> JSONResponse:
