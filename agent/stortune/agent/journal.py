@@ -11,6 +11,7 @@ passed in)::
                      experiment killed midway is found and undone at the next start
     originals.json   the value each (device_id, tunable) had before stortune first wrote it
     desired.json     the last desired-state document the agent received
+    refused.json     values the kernel refused when written, this boot (``refusals``)
     journal/*.jsonl  the transaction in progress (at most one while the lock is held)
     journal/done/    finished transactions, the most recent few kept for diagnosis
 
