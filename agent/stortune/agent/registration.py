@@ -16,8 +16,8 @@ lease without a request per heartbeat, and at the end of the hold the agent call
 What changes on the host (its values' digest, its devices) is reported at once with a
 heartbeat from the thread that noticed it (``report()``). Settings the agent set back on its
 own (``corrections``) go with the watches and heartbeats, to a server that says it takes them
-(``accepts_corrections``), until it answers that it recorded them (``corrections_recorded``). A server without the watch call
-(an older one) is sent paced heartbeats instead.
+(``accepts_corrections``), until it answers that it recorded them (``corrections_recorded``).
+A server without the watch call (an older one) is sent paced heartbeats instead.
 
 Every call carries ``Authorization: Bearer TOKEN``, the agents' bootstrap token
 (``--token-file``); a 401 or 403 is retried with backoff like any failure, so
