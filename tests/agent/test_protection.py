@@ -32,7 +32,7 @@ from stortune.schemas.tuning.overlay import overlay_profile
 from tests.agent.fakefio import FakeFio
 from tests.fixtures import scenarios
 from tests.fixtures.agent_host import Host
-from tests.fixtures.sysfs_builder import SysfsBuilder
+from tests.fixtures.sysfs_builder import Queue, SysfsBuilder
 
 NOTHING_OWNED: Callable[[str], os.stat_result | None] = lambda _path: None  # noqa: E731
 
@@ -132,6 +132,45 @@ def test_hostile_a_loop_device_over_the_root_disk_is_protected_like_the_disk(tmp
 
     found = HostProtection(stat=stat_of, uid=0).resolve(fs, local.discover(fs))
     assert found == {"loop2": "loop2 holds /", "loop6": "loop6 is backed by loop2: loop2 holds /"}
+
+
+def test_hostile_a_loop_over_a_loop_over_the_root_disk_is_protected(tmp_path: Path) -> None:
+    # losetup /dev/loop6 /dev/loop2; losetup /dev/loop3 /dev/loop6: loop3 comes first in the
+    # topology, before loop6 is known to be protected (one pass in device order missed it).
+    b = SysfsBuilder(tmp_path / "host")
+    _, root = b.loop(2, size=131072, backing_file="/srv/os.img")
+    b.mount(root, "/", "ext4", "/dev/loop2")
+    b.loop(6, size=131072, backing_file="/dev/loop2")
+    b.loop(3, size=131072, backing_file="/dev/loop6")
+    fs = b.finish()
+    nodes = {"/dev/loop2": os.makedev(7, 2), "/dev/loop6": os.makedev(7, 6)}
+
+    def stat_of(path: str) -> os.stat_result | None:
+        if path in nodes:
+            return os.stat_result((0o60660, 0, 0, 1, 0, 0, 0, 0, 0, 0), {"st_rdev": nodes[path]})
+        return None
+
+    found = HostProtection(stat=stat_of, uid=0).resolve(fs, local.discover(fs))
+    assert found == {"loop2": "loop2 holds /", "loop6": "loop6 is backed by loop2: loop2 holds /",
+                     "loop3": "loop3 is backed by loop6: loop6 is backed by loop2: loop2 holds /"}
+
+
+def test_hostile_a_volume_over_a_loop_over_the_root_disk_is_protected(tmp_path: Path) -> None:
+    # losetup /dev/loop6 /dev/loop2; dmsetup create over /dev/loop6: dm-4 writes to loop2 (/).
+    b = SysfsBuilder(tmp_path / "host")
+    _, root = b.loop(2, size=131072, backing_file="/srv/os.img")
+    b.mount(root, "/", "ext4", "/dev/loop2")
+    _, over = b.loop(6, size=131072, backing_file="/dev/loop2")
+    b.dm(4, [over], name="sneaky", uuid="CRYPT-PLAIN-sneaky", size=131072, queue=Queue.bio_based())
+    fs = b.finish()
+
+    def stat_of(path: str) -> os.stat_result | None:
+        if path == "/dev/loop2":
+            return os.stat_result((0o60660, 0, 0, 1, 0, 0, 0, 0, 0, 0), {"st_rdev": os.makedev(7, 2)})
+        return None
+
+    found = HostProtection(stat=stat_of, uid=0).resolve(fs, local.discover(fs))
+    assert found["dm-4"] == "dm-4 is on loop6: loop6 is backed by loop2: loop2 holds /"
 
 
 # -- refusals ------------------------------------------------------------------------------

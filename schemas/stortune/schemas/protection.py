@@ -107,11 +107,26 @@ def protected_devices(topology: Topology, config: Protection) -> dict[str, str]:
             out[dev.name] = f"{dev.name} is on {hit}, which {carried[hit]}"
         elif config.foreign_loops and dev.name in config.foreign_loops:
             out[dev.name] = f"{dev.name} {config.foreign_loops[dev.name]}"
-    # a loop over a protected block device reads and writes that device
-    for loop, under in (config.loop_devices or {}).items():
-        if under in out and loop not in out:
-            out[loop] = f"{loop} is backed by {under}: {out[under]}"
+    # A loop over a protected block device reads and writes that device, and so does what is
+    # over that loop (another loop, a volume): passes until none is added (one pass over the
+    # loops in device order missed a chain, and nothing looked above a loop).
+    while added := _over_protected(topology, out, config.loop_devices or {}):
+        out.update(added)
     return out
+
+
+def _over_protected(topology: Topology, out: Mapping[str, str], loops: Mapping[str, str]) -> dict[str, str]:
+    """Devices not yet in ``out`` whose I/O lands on one that is: through a loop's backing
+    device or through what lies beneath them."""
+    added = {loop: f"{loop} is backed by {under}: {out[under]}"
+             for loop, under in loops.items() if under in out and loop not in out}
+    for dev in topology.devices:
+        if dev.kind is DeviceKind.HOST or dev.name in out or dev.name in added:
+            continue
+        hit = next((b.device for b in beneath(topology, dev.name)[1:] if b.device in out), None)
+        if hit is not None:
+            added[dev.name] = f"{dev.name} is on {hit}: {out[hit]}"
+    return added
 
 
 def refusals(protected: Mapping[str, str], devices: Iterable[str], what: str) -> list[str]:
