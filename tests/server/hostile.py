@@ -117,6 +117,12 @@ CASES = [
            422, "")
       for kind, path in (("StorageProfile", "profiles"), ("TuningExperiment", "experiments"),
                          ("Benchmark", "benchmarks/runs"), ("BenchmarkSchedule", "benchmarks/schedules"))),
+    Case("JSON with a duplicate key (json.loads kept the last metadata silently; YAML refused it)",
+         lambda c: c.post(f"{API}/profiles", headers=JSON, content=(
+             '{"apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": "shown"},'
+             ' "spec": {"rules": [{"name": "r", "match": {"kind": ["loop"]},'
+             ' "settings": {"read_ahead_kb": 128}}]}, "metadata": {"name": "hidden"}}')),
+         400, "duplicate key 'metadata'"),
     Case("deeply nested YAML (flow)",
          lambda c: c.post(f"{API}/profiles", content="a: " + "[" * 5000 + "]" * 5000, headers=YAML),
          400, f"more than {MAX_DEPTH} levels"),

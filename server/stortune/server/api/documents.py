@@ -103,7 +103,7 @@ def _walk_yaml(body: bytes, limits: DocumentLimits) -> None:
 def parse_json(body: bytes, limits: DocumentLimits) -> Any:
     """The JSON document of ``body``: json's C parser is fast enough for any body within the byte
     limit; its result is then counted, stopping at the first bound passed."""
-    document = json.loads(body)
+    document = json.loads(body, object_pairs_hook=_no_duplicate_keys)
     nodes = 0
     pending = [document]
     while pending:
@@ -122,6 +122,17 @@ def parse_json(body: bytes, limits: DocumentLimits) -> Any:
         if nodes > limits.max_nodes:
             raise limits.too_many_nodes()
     return document
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object, refused when a key repeats: json keeps the last one silently, so a reviewer
+    reading the first ``metadata`` would approve another document (YAML refuses it too)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise ValueError(f"found duplicate key {key!r:.80}")
+        found[key] = value
+    return found
 
 
 def parse(body: bytes, syntax: str, limits: DocumentLimits) -> Any:
