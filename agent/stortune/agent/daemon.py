@@ -128,8 +128,11 @@ def converge(fs: KernelFS, state_dir: Path, *,
     desired = local.saved_desired(state_dir)
     if desired is None:
         return None
-    before = local.plan(fs, desired.profiles, state_dir, ram_share=ram_share)
-    report = local.converge(fs, desired.profiles, state_dir, desired.generations, ram_share=ram_share)
+    # Held to the control plane's share stored with them as much as the Apply that sent them was.
+    before = local.plan(fs, desired.profiles, state_dir,
+                        ram_share=stripecache.tightest(ram_share, desired.ram_share))
+    report = local.converge(fs, desired.profiles, state_dir, desired.generations, ram_share=ram_share,
+                            asked_share=desired.ram_share)
     changed = [r for r in report.rows if r.status == "applied"]
     _corrected(state_dir, before, changed, cause, trigger)
     if not report.ok:

@@ -141,7 +141,7 @@ def recover(fs: KernelFS, state_dir: Path, *, ram_share: float = stripecache.DEF
     if experiment is not None:
         desired = saved_desired(state_dir)
         report = _converge(fs, desired.profiles if desired else [], state_dir, remember=False,
-                           ram_share=ram_share)
+                           ram_share=ram_share, asked_share=desired.ram_share if desired else None)
         if not report.ok:
             raise AgentError(f"experiment {experiment} was interrupted and putting its settings back"
                              f" failed: {'; '.join(report.messages) or report.title}")
@@ -181,6 +181,7 @@ def converge(
     overlay: Sequence[StorageProfile] = (),
     remember: bool = True,
     ram_share: float = stripecache.DEFAULT_RAM_SHARE,
+    asked_share: float | None = None,
 ) -> Report:
     """Make the host match exactly ``profiles`` (the agent's whole desired state).
 
@@ -196,11 +197,13 @@ def converge(
     ``profiles`` but never stored as the desired state: a restart, hot-plug or
     the next converge without them puts everything back. ``remember=False``
     stores nothing (a converge that only puts things back). ``ram_share``: a
-    stripe_cache_size costing more of the host's RAM is refused.
+    stripe_cache_size costing more of the host's RAM is refused; ``asked_share``, the control
+    plane's, can only make that smaller, and is stored with the desired state so that every
+    re-apply of it (restart, hot-plug) holds to it too.
     """
     recover(fs, state_dir, ram_share=ram_share)
     return _converge(fs, profiles, state_dir, generations, overlay=overlay, remember=remember,
-                     ram_share=ram_share)
+                     ram_share=ram_share, asked_share=asked_share)
 
 
 def _converge(
@@ -212,9 +215,11 @@ def _converge(
     overlay: Sequence[StorageProfile] = (),
     remember: bool = True,
     ram_share: float = stripecache.DEFAULT_RAM_SHARE,
+    asked_share: float | None = None,
 ) -> Report:
     wanted = [*profiles, *overlay]
-    planned = plan(fs, wanted, state_dir, ram_share=ram_share)
+    share = stripecache.tightest(ram_share, asked_share)
+    planned = plan(fs, wanted, state_dir, ram_share=share)
     # Releases include originals already back in place: their records are settled too.
     releases = planner.releases(planned.plan, planned.topology)
     originals = {(r.device_id, r.tunable) for r in releases if r.to == "original"}
@@ -230,15 +235,13 @@ def _converge(
         if not restored.ok:
             return Report(title="apply failed: could not restore settings no longer wanted",
                           ok=False, rows=rows, messages=messages)
-        planned = plan(fs, wanted, state_dir, ram_share=ram_share)
+        planned = plan(fs, wanted, state_dir, ram_share=share)
     result = executor.apply(fs, planned.plan.enforced(), state_dir, identify=_identify(fs))
     rows += _rows(result.results)
     messages += result.messages  # the plan's errors among them
     if result.ok and remember:
-        journal.save_desired(state_dir, {
-            "profiles": [p.document() for p in profiles],
-            "generations": dict(generations or {}),
-        })
+        journal.save_desired(state_dir, DesiredState(list(profiles), dict(generations or {}),
+                                                     asked_share).document())
     # The errors: written neither now nor by a re-apply, reported every time.
     errors = result.rejections
     rows += [ReportRow(device=r.device, tunable=r.tunable, after=r.value, status="rejected",
@@ -276,6 +279,15 @@ def restore(fs: KernelFS, state_dir: Path,
 class DesiredState:
     profiles: list[StorageProfile]
     generations: dict[str, int]
+    #: The control plane's stripe-cache share sent with them (None: none was sent).
+    ram_share: float | None = None
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"profiles": [p.document() for p in self.profiles],
+                               "generations": dict(self.generations)}
+        if self.ram_share is not None:
+            doc["stripe_cache_ram_share"] = self.ram_share
+        return doc
 
 
 def saved_desired(state_dir: Path) -> DesiredState | None:
@@ -287,4 +299,10 @@ def saved_desired(state_dir: Path) -> DesiredState | None:
         profiles = [parse_profile(p, f"{state_dir}/desired") for p in data.get("profiles", [])]
     except DocumentError as exc:
         raise AgentError(f"stored desired state is unreadable: {exc}") from None
-    return DesiredState(profiles, {str(k): int(v) for k, v in data.get("generations", {}).items()})
+    share = data.get("stripe_cache_ram_share")
+    if share is not None and (isinstance(share, bool) or not isinstance(share, int | float)
+                              or not 0 < share <= 1):
+        raise AgentError(f"stored desired state is unreadable: stripe_cache_ram_share {share!r} is"
+                         " not a share of RAM (more than 0 and at most 1)")
+    return DesiredState(profiles, {str(k): int(v) for k, v in data.get("generations", {}).items()},
+                        None if share is None else float(share))

@@ -313,11 +313,13 @@ class AgentService(wire.AgentServiceServicer):
         with self._serialised(context):
             log.info("apply %s: profiles %s", call.request_id or "-", names)
             self._refuse_protected_trial(call.profiles)
+            # The control plane's share can only tighten this host's own (--stripe-cache-ram-share).
             report = local.converge(self.fs, call.profiles, self.state_dir, call.generations,
-                                    ram_share=self.ram_share)
+                                    ram_share=self.ram_share, asked_share=call.ram_share)
             # Planned again so the control plane records what is in sync now,
             # what audit profiles would change, and what was skipped.
-            after = local.plan(self.fs, call.profiles, self.state_dir, ram_share=self.ram_share)
+            after = local.plan(self.fs, call.profiles, self.state_dir,
+                               ram_share=stripecache.tightest(self.ram_share, call.ram_share))
         if not report.ok:
             log.warning("apply %s failed: %s", call.request_id or "-", report.title)
         return wire.apply_response(

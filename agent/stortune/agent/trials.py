@@ -36,8 +36,9 @@ def put_back(fs: KernelFS, state_dir: Path, *, ram_share: float = stripecache.DE
     generations = {k: v for k, v in desired.generations.items() if k not in overlays}
     # Stored first: should the put-back fail, no later re-apply brings the trial values back, and
     # the next converge retries putting the originals back (no profile wants those values).
-    journal.save_desired(state_dir, {"profiles": [p.document() for p in kept], "generations": generations})
-    report = local.converge(fs, kept, state_dir, generations, ram_share=ram_share)
+    journal.save_desired(state_dir, local.DesiredState(kept, generations, desired.ram_share).document())
+    report = local.converge(fs, kept, state_dir, generations, ram_share=ram_share,
+                            asked_share=desired.ram_share)
     experiments = ", ".join(sorted(overlays.values()))
     if not report.ok:
         raise local.AgentError(f"the trial values of experiment {experiments} could not be put back:"

@@ -34,6 +34,12 @@ def parse_ram_share(text: str) -> float:
     return value
 
 
+def tightest(own: float, asked: float | None) -> float:
+    """The share an agent plans with: its own, or the control plane's when that is smaller. The
+    API may only tighten the host's bound, never loosen it; None (none sent): the agent's own."""
+    return own if asked is None else min(own, asked)
+
+
 @dataclass(frozen=True)
 class StripeCacheCost:
     entries: int

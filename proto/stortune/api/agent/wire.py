@@ -313,9 +313,11 @@ def plan_from(msg: pb.PlanResponse) -> tuple[HostInfo, Plan, str]:
 
 # -- Apply -----------------------------------------------------------------------
 def apply_request(profiles: Iterable[StorageProfile], generations: Mapping[str, int],
-                  request_id: str) -> pb.ApplyRequest:
+                  request_id: str, *, ram_share: float | None = None) -> pb.ApplyRequest:
+    """``ram_share``: the control plane's stripe-cache share of RAM (None: sent as unset)."""
     return pb.ApplyRequest(profiles_json=[profile_to_json(p) for p in profiles],
-                           generations=dict(generations), request_id=request_id)
+                           generations=dict(generations), request_id=request_id,
+                           stripe_cache_ram_share=ram_share)
 
 
 @dataclass(frozen=True)
@@ -325,6 +327,8 @@ class ApplyCall:
     profiles: list[StorageProfile]
     generations: dict[str, int]
     request_id: str
+    #: The control plane's stripe-cache share of RAM; None from one that sends none (older).
+    ram_share: float | None = None
 
 
 def apply_call(msg: pb.ApplyRequest) -> ApplyCall:
@@ -334,7 +338,17 @@ def apply_call(msg: pb.ApplyRequest) -> ApplyCall:
     if unknown:
         raise DocumentError([Problem("generations", name, "no profile of this name in profiles_json")
                              for name in unknown])
-    return ApplyCall(profiles, dict(msg.generations), msg.request_id)
+    return ApplyCall(profiles, dict(msg.generations), msg.request_id, _ram_share(msg))
+
+
+def _ram_share(msg: pb.ApplyRequest) -> float | None:
+    if not msg.HasField("stripe_cache_ram_share"):
+        return None
+    share = msg.stripe_cache_ram_share
+    if not 0 < share <= 1:  # NaN fails too
+        raise WireError(f"stripe_cache_ram_share: {share!r} is not a share of the host's RAM: give a"
+                        " fraction more than 0 and at most 1, or leave it unset for the agent's own")
+    return share
 
 
 def apply_response(*, info: HostInfo, ok: bool, report: BaseModel, plan: Plan,

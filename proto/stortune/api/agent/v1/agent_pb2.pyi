@@ -66,7 +66,7 @@ class PlanResponse(_message.Message):
     def __init__(self, host: _Optional[_Union[HostInfo, _Mapping]] = ..., plan_json: _Optional[str] = ..., topology_hash: _Optional[str] = ...) -> None: ...
 
 class ApplyRequest(_message.Message):
-    __slots__ = ("profiles_json", "generations", "request_id")
+    __slots__ = ("profiles_json", "generations", "request_id", "stripe_cache_ram_share")
     class GenerationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -77,10 +77,12 @@ class ApplyRequest(_message.Message):
     PROFILES_JSON_FIELD_NUMBER: _ClassVar[int]
     GENERATIONS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    STRIPE_CACHE_RAM_SHARE_FIELD_NUMBER: _ClassVar[int]
     profiles_json: _containers.RepeatedScalarFieldContainer[str]
     generations: _containers.ScalarMap[str, int]
     request_id: str
-    def __init__(self, profiles_json: _Optional[_Iterable[str]] = ..., generations: _Optional[_Mapping[str, int]] = ..., request_id: _Optional[str] = ...) -> None: ...
+    stripe_cache_ram_share: float
+    def __init__(self, profiles_json: _Optional[_Iterable[str]] = ..., generations: _Optional[_Mapping[str, int]] = ..., request_id: _Optional[str] = ..., stripe_cache_ram_share: _Optional[float] = ...) -> None: ...
 
 class ApplyResponse(_message.Message):
     __slots__ = ("ok", "report_json", "plan_json", "applied_generations", "host", "request_id", "topology_hash", "observed_json")
