@@ -30,14 +30,14 @@ class BenchmarkingAgent(BenchAgent):
     """Refuses applies while one of its benchmark runs has not ended, as the real agent does."""
 
     async def apply(self, profiles: Sequence[StorageProfile], generations: Mapping[str, int],
-                    request_id: str) -> ApplyResult:
+                    request_id: str, *, ram_share: float | None = None) -> ApplyResult:
         running = [r for r in self.started if not self._latest(r).finished]
         if running:
             self.calls.append(("apply", (list(profiles), dict(generations), request_id)))
             message = (f"busy: benchmark {running[0]} running; settings cannot change until it ends "
                        "(wait, or cancel the benchmark) and retry")
             raise AgentBusy(self.address, message, "ABORTED")
-        return await super().apply(profiles, generations, request_id)
+        return await super().apply(profiles, generations, request_id, ram_share=ram_share)
 
 
 def test_an_apply_waits_for_the_benchmark_and_says_so(

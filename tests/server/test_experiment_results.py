@@ -234,11 +234,11 @@ def test_at_the_deadline_the_trial_is_stopped_and_the_host_given_back(
     from stortune.server.services import experiments
 
     class Busy(SurfaceAgent):
-        async def apply(self, profiles: Any, generations: Any, request_id: str) -> Any:
+        async def apply(self, profiles: Any, generations: Any, request_id: str, **kw: Any) -> Any:
             if any(p.metadata.name.startswith("tune-") for p in profiles):
                 self.calls.append(("apply", (list(profiles), dict(generations), request_id)))
                 raise AgentBusy(self.address, "busy: another apply runs")
-            return await super().apply(profiles, generations, request_id)
+            return await super().apply(profiles, generations, request_id, **kw)
 
     kind = SurfaceAgent if in_flight == "trial" else Busy
     agent = agents.add(kind(address=registration("h1")["address"], topology=loop_topology("h1"), hold=True))

@@ -459,13 +459,13 @@ def test_a_trial_whose_values_the_agent_refuses_is_recorded_failed_and_the_searc
     from stortune.server.agentclient import AgentRejected
 
     class Refusing(SurfaceAgent):
-        async def apply(self, profiles: Any, generations: Any, request_id: str) -> Any:
+        async def apply(self, profiles: Any, generations: Any, request_id: str, **kw: Any) -> Any:
             overlay = [p for p in profiles if p.metadata.name.startswith("tune-")]
             if overlay and overlay[0].document()["spec"]["rules"][0]["settings"].get("read_ahead_kb") == 0:
                 self.calls.append(("apply", (list(profiles), dict(generations), request_id)))
                 raise AgentRejected(self.address, "read_ahead_kb 0 refused by this device",
                                     "FAILED_PRECONDITION")
-            return await super().apply(profiles, generations, request_id)
+            return await super().apply(profiles, generations, request_id, **kw)
 
     agents.add(Refusing(address=registration("h1")["address"], topology=loop_topology("h1")))
     app = make_app(agents=agents, controller=RecordingController(), **FAST)

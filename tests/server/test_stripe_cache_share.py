@@ -127,14 +127,42 @@ def test_the_reconciler_refuses_the_cache_above_the_share_set(
         return None if found is None else (found["status"], found["reason"])
 
     eventually(lambda: applied() == ("False", "Rejected"), what="Applied=False, Rejected")
-    # An error on that setting, shown on the host; the apply goes out for the host's other settings,
-    # and what the agent writes is up to its own share (here its default: it sets the cache).
     assert "more than the 0.1 % allowed" in dict(
         (c["type"], c["message"]) for c in strict.get(f"{API}/hosts/files01/status").json()["conditions"]
     )["Applied"]
+    agent = agents.agents["files01.example:7443"]
+    # The refused cache is not written, though the agent's own share (its default, 25 %) allows it:
+    # the host's status and its device agree.
+    assert agent.ram_shares and set(agent.ram_shares) == {0.001}  # every apply carried the share
+    assert _md_value(agent, "stripe_cache_size") == 256
     events = strict.get(f"{API}/events", params={"limit": "100"}).json()["items"]
     [rejected] = [e for e in events if e["reason"] == "Rejected"]
     assert "more than the 0.1 % allowed" in rejected["message"]
+
+
+def _md_value(agent: FakeAgentClient, tunable: str) -> object:
+    md = agent.topology.device("md126")
+    return md.tunables[tunable].value if md is not None else None
+
+
+def test_the_share_travels_with_the_apply_so_the_agent_does_not_write_what_it_refuses(
+        strict: TestClient, agents: FakeAgentClients, topology: Topology, eventually: Eventually) -> None:
+    """An apply goes out for the array's other setting: it carries the control plane's share, and
+    the agent (allowed 25 % by its own) leaves the cache alone, as the host's status says."""
+    strict.post(f"{API}/agents/register", json=registration("files01", topology=topology))
+    both = profile_doc("arrays", settings={"stripe_cache_size": 4096, "read_ahead_kb": 8192}, kinds=("md",))
+    assert strict.post(f"{API}/profiles", json=both).status_code == 201
+    agent = agents.agents["files01.example:7443"]
+
+    def applied() -> dict[str, Any]:
+        conditions = strict.get(f"{API}/hosts/files01/status").json()["conditions"]
+        return next((c for c in conditions if c["type"] == "Applied"), {})
+
+    eventually(lambda: _md_value(agent, "read_ahead_kb") == 8192 and applied().get("reason") == "Rejected",
+               what="read_ahead_kb 8192 applied, the cache rejected")
+    assert agent.ram_shares and set(agent.ram_shares) == {0.001}
+    assert _md_value(agent, "stripe_cache_size") == 256  # refused by the server: not written
+    assert "more than the 0.1 % allowed" in applied()["message"]
 
 
 def test_without_the_share_the_reconciler_applies_it(

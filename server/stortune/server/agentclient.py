@@ -40,7 +40,7 @@ from stortune.api.agent.wire import (
     RestoreResult,
     SettingKey,
 )
-from stortune.schemas import planner
+from stortune.schemas import planner, stripecache
 from stortune.schemas.analysis.probe import ProbeResult
 from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.plan import Plan
@@ -110,8 +110,11 @@ class AgentClient(Protocol):
         ...
 
     async def apply(self, profiles: Sequence[StorageProfile], generations: Mapping[str, int],
-                    request_id: str) -> ApplyResult:
-        """Converge the host to exactly ``profiles`` (empty: restore everything stortune set)."""
+                    request_id: str, *, ram_share: float | None = None) -> ApplyResult:
+        """Converge the host to exactly ``profiles`` (empty: restore everything stortune set).
+
+        ``ram_share``: the control plane's stripe-cache share of RAM; the agent holds to the
+        smaller of it and its own (None: its own alone)."""
         ...
 
     async def restore(self, only: Collection[SettingKey] | None = None) -> RestoreResult:
@@ -282,8 +285,9 @@ class GrpcAgentClient:
                                 lambda response: wire.plan_from(response)[1])
 
     async def apply(self, profiles: Sequence[StorageProfile], generations: Mapping[str, int],
-                    request_id: str) -> ApplyResult:
-        return await self._call("Apply", wire.apply_request(profiles, generations, request_id),
+                    request_id: str, *, ram_share: float | None = None) -> ApplyResult:
+        return await self._call("Apply", wire.apply_request(profiles, generations, request_id,
+                                                            ram_share=ram_share),
                                 self._timeouts.apply, wire.apply_from)
 
     async def restore(self, only: Collection[SettingKey] | None = None) -> RestoreResult:
@@ -483,6 +487,9 @@ class FakeAgentClient:
     probes: dict[str, str | None] = field(default_factory=dict)
     probe_results: dict[str, ProbeResult] = field(default_factory=dict)
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    #: The agent's own stripe-cache share (--stripe-cache-ram-share), and the one each apply sent.
+    ram_share: float = stripecache.DEFAULT_RAM_SHARE
+    ram_shares: list[float | None] = field(default_factory=list)
     #: (device_id, tunable) -> (device name, value before stortune first wrote it)
     originals: dict[SettingKey, tuple[str, int | str | None]] = field(default_factory=dict)
     _failures: dict[str, tuple[AgentError, int | None]] = field(default_factory=dict)
@@ -558,9 +565,12 @@ class FakeAgentClient:
         self._show(device, device_id, tunable)
 
     async def apply(self, profiles: Sequence[StorageProfile], generations: Mapping[str, int],
-                    request_id: str) -> ApplyResult:
+                    request_id: str, *, ram_share: float | None = None) -> ApplyResult:
         self._enter("apply", (list(profiles), dict(generations), request_id))
-        plan = planner.plan(profiles, self.topology)
+        self.ram_shares.append(ram_share)
+        # As the agent does: the smaller of its own share and the control plane's.
+        share = stripecache.tightest(self.ram_share, ram_share)
+        plan = planner.plan(profiles, self.topology, stripe_cache_ram_share=share)
         rows: list[dict[str, Any]] = []
         for back in planner.releases(plan, self.topology):
             before = self._set(back.device, back.tunable, back.desired)
@@ -569,7 +579,7 @@ class FakeAgentClient:
             if before != back.desired:
                 rows.append({"device": back.device, "tunable": back.tunable, "before": before,
                              "after": back.desired, "status": "restored", "message": ""})
-        plan = planner.plan(profiles, self.topology)
+        plan = planner.plan(profiles, self.topology, stripe_cache_ram_share=share)
         for change in plan.enforced().changes:
             self.remember(change.device, change.device_id, change.tunable, change.current)
             self._set(change.device, change.tunable, change.desired)
@@ -581,7 +591,7 @@ class FakeAgentClient:
                  for r in plan.fatal]
         report = {"title": f"apply: {len(rows)} setting(s) changed", "ok": True, "rows": rows,
                   "messages": [r.reason for r in plan.fatal]}
-        after = planner.plan(profiles, self.topology)
+        after = planner.plan(profiles, self.topology, stripe_cache_ram_share=share)
         return ApplyResult(True, report, after, dict(generations), self.info, request_id, self._hash())
 
     async def restore(self, only: Collection[SettingKey] | None = None) -> RestoreResult:

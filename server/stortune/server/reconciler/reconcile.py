@@ -166,7 +166,7 @@ async def _reconcile(deps: Deps, name: str, still_mine: Callable[[], bool]) -> R
         view = view.with_status(found.conditions, found.devices)
     if decision.apply and not still_mine():  # the lease lapsed while the agent answered: not ours to apply
         return Result.ELSEWHERE
-    outcome = await execute(agent, view, decision) if decision.apply else None
+    outcome = await execute(agent, view, decision, deps.ram_share) if decision.apply else None
     count(deps.metrics, decision, outcome)
     if outcome is not None and outcome.result is not None and outcome.result.ok:
         seen = await reobserve(agent, seen, outcome.result.observation)
@@ -228,12 +228,14 @@ async def reobserve(agent: AgentClient, seen: Seen, answer: Observation | None =
         return seen  # the next pass reads them
 
 
-async def execute(agent: AgentClient, view: HostView, decision: Decision) -> Outcome:
-    """Converge the host to exactly the profiles that select it."""
+async def execute(agent: AgentClient, view: HostView, decision: Decision, ram_share: float) -> Outcome:
+    """Converge the host to exactly the profiles that select it, the agent held to ``ram_share``."""
     request_id = f"{view.name}-{uuid.uuid4().hex[:12]}"
     log.info("apply %s: %s", request_id, "; ".join(decision.why))
     try:
-        return Outcome(result=await agent.apply(view.profiles, decision.generations, request_id))
+        # The share travels: the agent holds to it too, so what it writes matches what this planned.
+        return Outcome(result=await agent.apply(view.profiles, decision.generations, request_id,
+                                                ram_share=ram_share))
     except AgentError as exc:
         return Outcome(error=exc)
 
