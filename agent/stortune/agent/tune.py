@@ -220,6 +220,8 @@ class LocalExperiment:
         self.desired: list[StorageProfile] = desired.profiles if desired else []
         self.generations = desired.generations if desired else {}
         self.remembered = desired is not None
+        #: The control plane's share stored with them: trials and the put-back hold to it too.
+        self.asked_share = desired.ram_share if desired else None
         self._overlay = overlay_profile(exp.name, self.current, self.device, self.beneath)
         clash = overlay_conflicts(self._overlay, self.desired)
         if clash:
@@ -278,7 +280,7 @@ class LocalExperiment:
         run_id = f"{self.id}-t{request.index}"
         try:
             report = local.converge(self.fs, self.desired, self.state_dir, overlay=[overlay],
-                                    ram_share=self.ram_share,
+                                    ram_share=self.ram_share, asked_share=self.asked_share,
                                     remember=False)
             # A trial value the device refuses is not in place: measuring would credit it wrongly.
             refused = [r for r in report.rejected if r.profile == overlay.metadata.name]
@@ -326,11 +328,11 @@ class LocalExperiment:
             if not outcome.recommendation.keepCurrent:
                 winner = recommended_profile(self.exp, outcome, self.device, beneath=self.beneath)
                 report = local.converge(self.fs, [*self.desired, winner], self.state_dir, self.generations,
-                                        ram_share=self.ram_share)
+                                        ram_share=self.ram_share, asked_share=self.asked_share)
                 if report.ok:
                     return "recommendation"
         report = local.converge(self.fs, self.desired, self.state_dir, self.generations,
-                                ram_share=self.ram_share,
+                                ram_share=self.ram_share, asked_share=self.asked_share,
                                 remember=self.remembered)
         if not report.ok:
             raise TuneError(f"putting the settings back failed: {'; '.join(report.messages) or report.title}"
