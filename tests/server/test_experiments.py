@@ -480,3 +480,20 @@ def test_a_trial_whose_values_the_agent_refuses_is_recorded_failed_and_the_searc
     assert refused and all(t["state"] == "failed" for t in refused)
     assert "the agent refused the trial's values: read_ahead_kb 0 refused" in refused[0]["message"]
     assert status["outcome"]["recommendation"]["values"] == {"read_ahead_kb": 1024}
+
+
+def test_every_apply_of_an_experiment_carries_the_control_planes_stripe_cache_share(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    # Trials and the put-back hold to the server's share as the reconciler's applies do: an agent
+    # whose own share is looser never writes a cache the control plane refuses.
+    agent = held_agent(agents)
+    app = make_app(agents=agents, controller=RecordingController(), stripe_cache_ram_share=0.01, **FAST)
+    with admin_client(app) as client:
+        register(client)
+        exp_id = submit(client, experiment_doc())
+        past_the_baseline(client, agent, exp_id, eventually)
+        assert client.post(f"{EXPERIMENTS}/{exp_id}/cancel").status_code == 202
+        eventually(lambda: ended(client, exp_id), what="the cancelled experiment's end")
+    applies = [c for c in agent.calls if c[0] == "apply"]
+    assert len(applies) >= 2 and len(agent.ram_shares) == len(applies)
+    assert set(agent.ram_shares) == {0.01}

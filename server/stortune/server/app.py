@@ -128,7 +128,7 @@ def create_app(
     experiments = ExperimentDriver(sessions, agents, dispatcher, clock=now,
                                    interval=settings.experiment_interval_s,
                                    unreachable_timeout=settings.benchmark_unreachable_timeout_s,
-                                   ownership=ownership)
+                                   ownership=ownership, ram_share=settings.stripe_cache_ram_share)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

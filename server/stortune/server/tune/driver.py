@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from stortune.schemas import backoff
+from stortune.schemas import backoff, stripecache
 from stortune.schemas.bench.results import TERMINAL_STATES, BenchmarkResult
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Device
@@ -113,8 +113,11 @@ class ExperimentDriver:
         retry_cap: float = 60.0,
         poll: float = 1.0,
         ownership: Ownership | None = None,
+        ram_share: float = stripecache.DEFAULT_RAM_SHARE,
     ) -> None:
         self.agents = agents
+        #: Sent with every apply (Settings.stripe_cache_ram_share): the agent holds trials to it too.
+        self.ram_share = ram_share
         #: Only hosts of shards this server owns are driven here; each driver's transactions are fenced.
         self.ownership = ownership or AllShards()
         self.ownership.watch(lambda _gained, _lost: self.wake())
@@ -418,7 +421,8 @@ class ExperimentDriver:
         while True:
             try:
                 ensure_held(self.ownership)
-                result = await held.agent.apply(profiles, generations, f"{run_id}-apply")
+                result = await held.agent.apply(profiles, generations, f"{run_id}-apply",
+                                                ram_share=self.ram_share)
             except AgentBusy as exc:
                 await self._note(held.active, f"waiting: {exc.message}")
             except AgentUnreachable as exc:
@@ -492,7 +496,8 @@ class ExperimentDriver:
                 profiles, generations = await self._desired(active)
                 ensure_held(self.ownership)
                 result = await held.agent.apply(profiles, generations,
-                                                f"{active.experiment}-h{active.host_index}-end")
+                                                f"{active.experiment}-h{active.host_index}-end",
+                                                ram_share=self.ram_share)
                 if result.ok:
                     break
                 message = results.report_text(result.report)
