@@ -43,7 +43,7 @@ def test_the_search_stops_in_time_for_the_closing_runs_to_end_before_the_deadlin
     end within the budget."""
     from stortune.schemas.tuning.engine import Engine
     from stortune.schemas.tuning.simulate import Surface, streaming
-    from stortune.server.tune.results import search_elapsed
+    from stortune.schemas.tuning.timing import search_elapsed
     from tests.schemas.tuning.docs import experiment
 
     exp = experiment(budget={"trials": 60, "duration": "10m"}, strategy="grid")  # 20 points: 40 runs
@@ -52,7 +52,7 @@ def test_the_search_stops_in_time_for_the_closing_runs_to_end_before_the_deadlin
     def run(reserve: bool) -> tuple[float, list[str]]:
         engine = Engine(exp.spec, {"read_ahead_kb": 0, "nr_requests": 64})
         surface, elapsed = Surface(streaming, seed=5), 0.0
-        while (request := engine.next(elapsed_s=search_elapsed(exp, elapsed, len(engine.measurements))
+        while (request := engine.next(elapsed_s=search_elapsed(exp.spec, elapsed, len(engine.measurements))
                                       if reserve else elapsed)) is not None:
             engine.record(surface.run(request))
             elapsed += 20.0
@@ -63,5 +63,5 @@ def test_the_search_stops_in_time_for_the_closing_runs_to_end_before_the_deadlin
     in_time, purposes = run(reserve=True)
     assert in_time <= exp.spec.budget.duration
     assert purposes[-6:] == ["confirm"] * 3 + ["baseline-end"] * 3
-    assert search_elapsed(exp, 0.0, 0) == 6 * 20  # before any trial: the workloads' runtime
-    assert search_elapsed(exp, 100.0, 2) == 100 + 6 * 50  # slower than planned: the pace seen
+    assert search_elapsed(exp.spec, 0.0, 0) == 6 * 20  # before any trial: the workloads' runtime
+    assert search_elapsed(exp.spec, 100.0, 2) == 100 + 6 * 50  # slower than planned: the pace seen

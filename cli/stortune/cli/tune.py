@@ -14,7 +14,6 @@ was cancelled; 1 for any error, the bad field or argument named.
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +30,7 @@ from stortune.cli.render import Cell, Output, Row
 from stortune.schemas.bench import metrics
 from stortune.schemas.documents import DocumentError, Problem, parse_profile
 from stortune.schemas.tuning.experiment import load_experiments
+from stortune.schemas.tuning.timing import hold_line
 
 EXIT_OK: Final = 0
 EXIT_ERROR: Final = 1
@@ -249,24 +249,11 @@ def _show_plan(out: Output, preview: JSON) -> None:
             out.line(f"  {p.get('key')}: {', '.join(str(v) for v in p.get('values') or [])}")
         out.line(f"  grid {host.get('gridSize')} point(s); about {host.get('estimatedTrials')} trial(s) "
                  "(the search adapts to what it measures)")
-        out.line(f"  time: about {_span(host.get('estimatedSeconds'))} ({_span(host.get('trialSeconds'))} a"
-                 f" trial); the host is given back within {_span(host.get('durationSeconds'))}"
-                 " (spec.budget.duration) at the latest")
+        out.line("  " + hold_line(_num(host.get("trialSeconds")), _num(host.get("estimatedSeconds")),
+                                  _num(host.get("durationSeconds"))))
         out.table(["TRIAL", "VALUES", "PURPOSE", "WHY"], [
             [str(int(t.get("index", 0)) + 1), _point(t.get("point")), str(t.get("purpose")),
              str(t.get("reason"))] for t in _dicts(host.get("trials"))], indent=2)
-
-
-def _span(value: Any) -> str:
-    """Seconds as a person reads them: 45s, 12m, 6h05m; '?' when not a number."""
-    seconds = _num(value)
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        return "?"
-    whole = round(seconds)
-    if whole < 120:
-        return f"{seconds:.3g}s"
-    hours, minutes = divmod(whole // 60, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m"
 
 
 def summarize(out: Output, doc: JSON) -> None:

@@ -46,6 +46,7 @@ from stortune.schemas.topology import Device
 from stortune.schemas.tuning.experiment import TuningExperiment, check_against_device, parse_experiment
 from stortune.schemas.tuning.overlay import other_device, overlay_conflicts, overlay_profile, shared_ids
 from stortune.schemas.tuning.space import Measurement, TrialRequest, benchmark_for, failed, measure
+from stortune.schemas.tuning.timing import DEADLINE, search_elapsed
 from stortune.server.agentclient import (
     AgentBusy,
     AgentClient,
@@ -341,7 +342,7 @@ class ExperimentDriver:
                                                            active.experiment):
                 return "cancelled"
             if pending is None and self._clock() >= deadline:
-                return results.DEADLINE
+                return DEADLINE
             if pending is not None:  # a trial a restarted server finds in flight: follow its run
                 request = TrialRequest(index=pending.index, point=dict(pending.point),
                                        purpose=pending.purpose,
@@ -351,8 +352,8 @@ class ExperimentDriver:
                 run_id, pending = pending.run_id, None
             else:
                 elapsed = (self._clock() - started).total_seconds()
-                next_request = engine.next(elapsed_s=results.search_elapsed(
-                    held.exp, elapsed, len(engine.measurements)))
+                next_request = engine.next(elapsed_s=search_elapsed(
+                    held.exp.spec, elapsed, len(engine.measurements)))
                 if next_request is None:
                     return engine.finished_reason or "done"
                 request = next_request
@@ -362,7 +363,7 @@ class ExperimentDriver:
                 except Cancelled:
                     return "cancelled"
                 except DeadlinePassed:
-                    return results.DEADLINE
+                    return DEADLINE
                 if refused is not None:
                     await self._record(held, engine, failed(request, refused, active.host, run_id),
                                        ran=False)
@@ -488,7 +489,7 @@ class ExperimentDriver:
                                 message=results.ending_message(state, why), progress=progress,
                                 now=self._clock())
         kept = ""
-        if state == "done" and held.exp.spec.applyResult and why != results.DEADLINE:
+        if state == "done" and held.exp.spec.applyResult and why != DEADLINE:
             kept = await self._keep_winner(held)
         attempts = 0
         while True:

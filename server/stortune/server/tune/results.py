@@ -17,6 +17,7 @@ from stortune.schemas.topology import Device
 from stortune.schemas.tuning.evidence import Outcome
 from stortune.schemas.tuning.experiment import TuningExperiment, baseline_point
 from stortune.schemas.tuning.recommend import recommended_profile
+from stortune.schemas.tuning.timing import DEADLINE
 from stortune.server.services import experiment_results
 
 #: Marks the profiles an experiment stored (applyResult), as `stortune apply` marks its own.
@@ -72,23 +73,11 @@ def deadline_of(exp: TuningExperiment, started: datetime) -> datetime:
     return started + timedelta(seconds=exp.spec.budget.duration)
 
 
-def search_elapsed(exp: TuningExperiment, elapsed_s: float, trials_done: int) -> float:
-    """The elapsed time the engine judges budget.duration by: the time spent plus what the closing
-    runs (confirmation and end baseline) will take at the pace so far (at least the workloads'
-    runtime), so that the search stops in time for them to end before the deadline."""
-    pace = max(exp.spec.trial_seconds(), elapsed_s / trials_done if trials_done else 0.0)
-    return elapsed_s + (exp.spec.confirm_runs + exp.spec.baseline_runs) * pace
-
-
 def report_text(report: Mapping[str, Any]) -> str:
     messages = [str(m) for m in report.get("messages", [])]
     title = str(report.get("title", "apply failed"))
     return f"{title}: {'; '.join(messages[:3])}" if messages else title
 
-
-#: Why a host ended when its experiment's budget.duration ran out with a trial still to run or
-#: running: the trial is stopped and the host given back, whatever the search had left.
-DEADLINE = "budget-deadline"
 
 _ENDINGS = {
     "done": "done: the search is complete",

@@ -15,6 +15,7 @@ A support token sees the experiments all of whose hosts its selector matches, an
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -22,6 +23,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response, status
 
 from stortune.schemas.profile import NAME_PATTERN
 from stortune.schemas.tuning.experiment import TuningExperiment, parse_experiment
+from stortune.schemas.tuning.timing import hold_time
 from stortune.server.api.audit import note_resource
 from stortune.server.api.deps import DocumentDep, NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import BAD_REQUEST, CONFLICT, NOT_FOUND, TOO_MANY
@@ -110,12 +112,10 @@ def _plans(session: SessionDep, exp: TuningExperiment, names: list[str]) -> list
         estimate, planned = evidence.plan_trials(exp, baseline, exp.spec.seed, members)
         from stortune.schemas.tuning.experiment import grid_size
 
-        trial_s, duration = exp.spec.trial_seconds(), exp.spec.budget.duration
         out.append(HostPlan(
             host=target.host, device=target.device.name, beneath=[d.name for d in target.beneath],
             baseline=baseline, gridSize=grid_size(exp.spec.parameters), estimatedTrials=estimate,
-            trialSeconds=trial_s, estimatedSeconds=min(estimate * trial_s, duration),
-            durationSeconds=duration,
+            **asdict(hold_time(exp.spec, estimate)),
             parameters=[ParameterSpace(key=p.key, values=p.choices()) for p in exp.spec.parameters],
             trials=[PlannedTrial(index=t.index, point=t.point, purpose=t.purpose, reason=t.reason)
                     for t in planned]))
