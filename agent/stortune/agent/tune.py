@@ -13,7 +13,9 @@ this module runs them here::
 The trial values are never stored as the desired state, and the experiment lock keeps
 its id on disk until the device is back: an experiment killed with SIGKILL is undone by
 the next start of any agent command that changes settings (``local.recover``).
-SIGINT and SIGTERM stop the running fio and end the experiment the normal way.
+SIGINT and SIGTERM stop the running fio and end the experiment the normal way; so does
+``spec.budget.duration`` (the deadline, from the moment the lock is taken): the run in flight
+is stopped and not measured, nothing is kept (applyResult included), the settings go back.
 
 Only the one-shot CLI imports this (and through it the engine, perhaps Optuna); the
 serving agent never does.
@@ -58,6 +60,7 @@ from stortune.schemas.tuning.experiment import (
 from stortune.schemas.tuning.overlay import other_device, overlay_conflicts, overlay_profile, shared_ids
 from stortune.schemas.tuning.recommend import recommended_profile
 from stortune.schemas.tuning.space import Measurement, Point, TrialRequest, benchmark_for, failed, measure
+from stortune.schemas.tuning.timing import DEADLINE, search_elapsed
 
 #: How often the wait for a trial's benchmark looks at the stop flag (seconds).
 _POLL = 0.2
@@ -89,7 +92,8 @@ class TuneResult(_Model):
     host: str
     device: str
     current: Point = Field(description="The values in effect before: the baseline")
-    finished: str = Field(description="done, budget-trials, budget-duration, baseline-failed, interrupted")
+    finished: str = Field(description="done, budget-trials, budget-duration, baseline-failed, interrupted,"
+                                      f" {DEADLINE} (the trial running at spec.budget.duration stopped)")
     recommendation: Recommendation
     outcome: Outcome
     trials: list[Trial]
@@ -183,7 +187,8 @@ class LocalExperiment:
                  listener: Listener | None = None, stop: threading.Event | None = None,
                  apply_wait: float = 60.0,
                  ram_share: float = stripecache.DEFAULT_RAM_SHARE,
-                 protection: HostProtection | None = None) -> None:
+                 protection: HostProtection | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if exp.spec.strategy == "bayesian":
             _search_library(exp.name)
         self.fs = fs
@@ -194,6 +199,10 @@ class LocalExperiment:
         self.stop = stop or threading.Event()
         self.listener = listener
         self.apply_wait = apply_wait
+        #: Seconds, for spec.budget.duration (a seam: tests pass a clock they move).
+        self.clock = clock
+        self._deadline = float("inf")  # set when run() takes the host
+        self._late = False  # the deadline cut it: a trial left to run, or one stopped under way
         self.host = local.host_info(fs).get("hostname", "") or "localhost"
         # Made first: it concludes runs a killed experiment left and kills their fio.
         protection = protection or HostProtection()
@@ -237,16 +246,23 @@ class LocalExperiment:
 
     # -- the loop --------------------------------------------------------------------
     def run(self) -> TuneResult:
-        started = time.monotonic()
+        started, taken = time.monotonic(), self.clock()
         failure: Exception | None = None
         with journal.hold_experiment(self.state_dir, self.id, apply_timeout=self.apply_wait):
+            self._deadline = taken + self.exp.spec.budget.duration
             try:
                 while not self.stop.is_set():
-                    request = self.engine.next(elapsed_s=time.monotonic() - started)
+                    # Judged with the closing runs reserved, so that they end before the deadline.
+                    request = self.engine.next(elapsed_s=search_elapsed(
+                        self.exp.spec, self.clock() - taken, len(self.engine.measurements)))
                     if request is None:
+                        break
+                    if self._past_deadline():  # no trial starts past it
+                        self._late = True
                         break
                     trial = self._trial(request)
                     if trial is None:  # stopped under way: not a measurement of the point
+                        self._late = not self.stop.is_set() and self._past_deadline()
                         break
                     self.engine.record(trial.measurement)
                     self.trials.append(trial)
@@ -258,7 +274,7 @@ class LocalExperiment:
                 left = self._end()
         if failure is not None:
             raise failure
-        finished = self.engine.finished_reason or "interrupted"
+        finished = DEADLINE if self._late else self.engine.finished_reason or "interrupted"
         outcome = self.engine.outcome()
         try:
             profile = recommended_profile(self.exp, outcome, self.device, beneath=self.beneath)
@@ -293,10 +309,10 @@ class LocalExperiment:
         except BenchmarkError as exc:  # the device went away, fio is gone ...: a failed trial
             return self._done(request, failed(request, str(exc), self.host, run_id), began, None)
         while not self.bench.wait(run_id, timeout=_POLL).finished:
-            if self.stop.is_set():
+            if self.stop.is_set() or self._past_deadline():
                 self.bench.cancel(run_id)
         result = self.bench.result(run_id)
-        if result is None or (result.state == "cancelled" and self.stop.is_set()):
+        if result is None or (result.state == "cancelled" and (self.stop.is_set() or self._past_deadline())):
             self._forget(run_id)
             return None
         read = result.context.target.device_id if result.context is not None else self.device.id
@@ -306,6 +322,9 @@ class LocalExperiment:
         measured = measure(result, self.exp, request, self.host)
         self._forget(run_id)
         return self._done(request, measured, began, result)
+
+    def _past_deadline(self) -> bool:
+        return self.clock() >= self._deadline
 
     def _done(self, request: TrialRequest, m: Measurement, began: float,
               result: BenchmarkResult | None) -> Trial:
@@ -322,6 +341,7 @@ class LocalExperiment:
     def _end(self) -> Literal["settings", "recommendation"]:
         """Back to the desired state (or to it plus the recommendation, with applyResult)."""
         self.bench.close()  # no fio outlives the experiment
+        # None: cut (a signal, the deadline) before the winner was confirmed: nothing is kept.
         keep = self.exp.spec.applyResult and self.engine.finished_reason not in (None, "baseline-failed")
         if keep:
             outcome = self.engine.outcome()

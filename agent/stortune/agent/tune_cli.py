@@ -3,9 +3,10 @@
 Runs one TuningExperiment on this host (``tune.LocalExperiment``) with a live progress
 line on stderr: trial k of n, the values under test, the metric so far, the leader and
 its margin (one line per trial when stderr is not a terminal). SIGINT (Ctrl-C) and
-SIGTERM stop fio and put the settings back before the command exits. Exit: 0 when the
-experiment ran to its end or its budget, 1 on an error, a bad input (nothing runs) or
-an interruption.
+SIGTERM stop fio and put the settings back before the command exits; so does
+spec.budget.duration, the deadline. Exit: 0 when the experiment ran to its end or its budget
+(the search stopped in time for its closing runs), 1 on an error, a bad input (nothing runs),
+an interruption or the deadline.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from stortune.agent.bench import args as bench_args
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.tune import Event, LocalExperiment, TuneError, TuneResult, describe_point, read_experiment
 from stortune.schemas.bench import metrics, units
+from stortune.schemas.tuning.timing import DEADLINE, span
 
 EXIT_OK, EXIT_ERROR = 0, 1
 #: How an experiment may end and still count as run (the budget is the user's own limit).
@@ -109,6 +111,11 @@ def run(args: argparse.Namespace, fs: KernelFS) -> int:
         name = signal.Signals(caught[0]).name
         print(f"error: interrupted by {name} after {len(result.trials)} trial(s); {result.device} is back"
               " at its settings", file=sys.stderr)
+        return EXIT_ERROR
+    if result.finished == DEADLINE:
+        print(f"error: the time budget ran out (spec.budget.duration {span(exp.spec.budget.duration)}) after"
+              f" {len(result.trials)} trial(s): the trial running was stopped and not measured, nothing"
+              f" confirmed; {result.device} is back at its settings", file=sys.stderr)
         return EXIT_ERROR
     if result.finished not in _RAN:
         print(f"error: the experiment ended early: {result.finished}", file=sys.stderr)
