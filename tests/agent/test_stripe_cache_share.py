@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from stortune.agent import journal, local
 from stortune.agent.cli import main
 from stortune.agent.kernelfs import KernelFS
 from stortune.agent.serve import Agent
@@ -176,3 +177,23 @@ def test_a_control_plane_that_sends_no_share_leaves_the_agents_own(host: KernelF
         result = _apply(agent, None)
     assert _rejected(result) == []
     assert (_md(host, "md/stripe_cache_size"), _md(host, "queue/read_ahead_kb")) == ("4096", "8192")
+
+
+@pytest.mark.parametrize("stored", [0, 2.5, True, "0.1", None])
+def test_hostile_a_stored_share_that_is_not_one_makes_the_desired_state_unreadable(
+        tmp_path: Path, stored: object) -> None:
+    doc = local.DesiredState([parse_profile(yaml.safe_load(BOTH))], {"arrays": 1}, 0.001).document()
+    assert local.saved_desired(_stored(tmp_path, doc)) == local.DesiredState(
+        [parse_profile(yaml.safe_load(BOTH))], {"arrays": 1}, 0.001)
+    if stored is None:  # a desired state stored before the field: the agent's own share
+        del doc["stripe_cache_ram_share"]
+        assert local.saved_desired(_stored(tmp_path, doc)).ram_share is None  # type: ignore[union-attr]
+        return
+    doc["stripe_cache_ram_share"] = stored
+    with pytest.raises(local.AgentError, match="stripe_cache_ram_share"):
+        local.saved_desired(_stored(tmp_path, doc))
+
+
+def _stored(state: Path, doc: dict[str, object]) -> Path:
+    journal.save_desired(state, doc)
+    return state
