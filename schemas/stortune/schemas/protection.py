@@ -129,6 +129,13 @@ def _over_protected(topology: Topology, out: Mapping[str, str], loops: Mapping[s
     return added
 
 
+def topology_refusals(topology: Topology, devices: Iterable[str], what: str) -> list[str]:
+    """The refusals a reported topology alone answers (the control plane's dry runs and
+    submissions): the default mounts. Swap, the host's --protect-* flags and its loop devices'
+    owners are the agent's to add when it is asked."""
+    return refusals(protected_devices(topology, Protection()), devices, what)
+
+
 def refusals(protected: Mapping[str, str], devices: Iterable[str], what: str) -> list[str]:
     """One sentence per protected device among ``devices`` that ``what`` (a benchmark, a probe)
     would use, saying how the host changes it."""

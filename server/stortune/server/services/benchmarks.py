@@ -147,8 +147,7 @@ def _refusals(spec: BenchmarkSpec, topology: Topology, target: str,
     dev = topology.device(target) if spec.spec.target.device is not None else None
     if dev is None:
         return []
-    found = protection.refusals(protection.protected_devices(topology, protection.Protection()),
-                                [b.device for b in beneath(topology, target)], "benchmark")
+    found = protection.topology_refusals(topology, [b.device for b in beneath(topology, target)], "benchmark")
     return found + write_refusals(dev, steps, spec.spec.allowDestructive)
 
 

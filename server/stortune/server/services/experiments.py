@@ -119,6 +119,7 @@ def resolve(session: Session, exp: TuningExperiment, names: Sequence[str]) -> li
     Invalid (422) naming the field: ``spec.target.device`` when a host has no single match,
     ``spec.parameters[i]...`` for a value the device refuses (a scheduler its kernel does not offer).
     """
+    from stortune.schemas.protection import topology_refusals
     from stortune.schemas.tuning.experiment import baseline_point, check_against_device
 
     causes: list[Cause] = []
@@ -133,6 +134,9 @@ def resolve(session: Session, exp: TuningExperiment, names: Sequence[str]) -> li
             causes.append(Cause("spec.target.device", f"on host {name}: {why}"))
             continue
         below = beneath_of(topology, device)
+        # as the agent refuses the first trial: before it, the host would be taken for nothing
+        causes += [Cause("spec.target.device", f"on host {name}: {refused}") for refused in
+                   topology_refusals(topology, [device.name, *(d.name for d in below)], "experiment")]
         found = check_against_device(exp, device, below)
         for problem in found:
             causes.append(Cause(problem.path, f"on host {name}: {problem.message}"))
