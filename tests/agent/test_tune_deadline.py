@@ -5,6 +5,7 @@ command says so and exits 1. The deadline is read from a clock the tests move (n
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -62,10 +63,25 @@ def finishes(target: Callable[[], Any], fio: SurfaceFio) -> None:
 def test_hostile_a_runtime_past_a_day_is_refused_naming_the_field_before_anything_runs(
         host: Host, tmp_path: Path, capsys: pytest.CaptureFixture[str], runtime: str) -> None:
     doc = experiment(workloads=[{"preset": "stream-32k", "runtime": runtime}], budget={"trials": 10_000})
-    assert run_cli(with_node(host), tmp_path, doc) == 1
-    err = capsys.readouterr().err
-    assert "spec.workloads[0].runtime" in err and "longer than a day" in err and "Traceback" not in err, err
-    untouched(host, tmp_path)
+    for extra in ((), ("--dry-run",)):
+        assert run_cli(with_node(host), tmp_path, doc, *extra) == 1
+        err = capsys.readouterr().err
+        assert "spec.workloads[0].runtime" in err and "longer than a day" in err, err
+        assert "Traceback" not in err
+        untouched(host, tmp_path)
+
+
+def test_hostile_the_dry_run_refuses_what_the_run_refuses(
+        host: Host, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A desired profile that would beat the trials' values: the run's refusal, from the dry run."""
+    top = parse_profile({"apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": "a-top"},
+                         "spec": {"priority": 1000, "rules": [{"name": "r", "match": {"kind": ["loop"]},
+                                                               "settings": {"nr_requests": 64}}]}})
+    assert local.converge(host.fs, [top], tmp_path / "state").ok
+    assert run_cli(with_node(host), tmp_path, experiment(), "--dry-run") == 1
+    captured = capsys.readouterr()
+    assert "a-top have the highest priority" in captured.err and captured.out == "", captured
+    assert journal.experiment_running(tmp_path / "state") is None
 
 
 def test_hostile_the_deadline_stops_the_trial_in_flight_and_gives_the_host_back(
@@ -140,3 +156,24 @@ def test_the_search_stops_in_time_for_its_closing_runs_and_ends_by_its_budget(
     purposes = [t.measurement.purpose for t in result.trials]
     assert purposes[-6:] == ["confirm"] * 3 + ["baseline-end"] * 3, purposes
     assert host.queue("read_ahead_kb") == "128"
+
+
+def test_the_dry_run_shows_how_long_the_device_is_held_and_writes_nothing(
+        host: Host, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The figures of the control plane's dry run (trialSeconds, estimatedSeconds, durationSeconds),
+    from the same function; the estimate is capped by budget.duration."""
+    long_trials = experiment(workloads=[{"preset": "stream-32k", "runtime": "50s"}],
+                             budget={"trials": 30, "duration": "10m"})
+    assert run_cli(with_node(host), tmp_path, long_trials, "--dry-run", "-o", "json") == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert plan["device"] == "loop7" and plan["baseline"] == {"read_ahead_kb": 128}
+    assert plan["trialSeconds"] == 50 and plan["durationSeconds"] == TEN_MINUTES
+    assert plan["estimatedTrials"] * 50 > TEN_MINUTES and plan["estimatedSeconds"] == TEN_MINUTES
+    untouched(host, tmp_path)
+
+    short_trials = experiment(budget={"trials": 30, "duration": "10m"})
+    assert run_cli(host, tmp_path, short_trials, "--dry-run") == 0
+    out = capsys.readouterr().out
+    trials = int(out.split("about ", 1)[1].split(" trial(s)")[0])
+    assert f"time: about {trials * 5}s (5s a trial); the host is given back within 10m" in out, out
+    untouched(host, tmp_path)

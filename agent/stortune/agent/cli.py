@@ -192,6 +192,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the device to tune, when spec.target.device matches several")
     p.add_argument("--profile-out", metavar="FILE",
                    help="write the recommended StorageProfile (YAML) to FILE")
+    p.add_argument("--dry-run", action="store_true",
+                   help="every check the run makes, the estimated trials and how long the device is"
+                        " held; nothing is written")
     _state(p)
     bench_args.add_protection(p)
     _ram_share(p)

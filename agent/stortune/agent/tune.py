@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -60,7 +60,7 @@ from stortune.schemas.tuning.experiment import (
 from stortune.schemas.tuning.overlay import other_device, overlay_conflicts, overlay_profile, shared_ids
 from stortune.schemas.tuning.recommend import recommended_profile
 from stortune.schemas.tuning.space import Measurement, Point, TrialRequest, benchmark_for, failed, measure
-from stortune.schemas.tuning.timing import DEADLINE, search_elapsed
+from stortune.schemas.tuning.timing import DEADLINE, hold_time, search_elapsed
 
 #: How often the wait for a trial's benchmark looks at the stop flag (seconds).
 _POLL = 0.2
@@ -103,6 +103,19 @@ class TuneResult(_Model):
                     " (applyResult)")
     wall_s: float
     overhead_s: float | None = Field(default=None, description="Mean overhead per trial")
+
+
+class DryRun(_Model):
+    """What ``stortune-agent tune --dry-run -o json`` prints (the figures as the control plane's)."""
+
+    experiment: str
+    device: str
+    beneath: list[str]
+    baseline: Point = Field(description="The values in effect now")
+    estimatedTrials: int
+    trialSeconds: float
+    estimatedSeconds: float
+    durationSeconds: float
 
 
 @dataclass(frozen=True)
@@ -166,6 +179,60 @@ def beneath_of(topology: Topology, device: Device) -> list[Device]:
     return out
 
 
+@dataclass(frozen=True)
+class Here:
+    """The experiment checked against this host, before anything is written."""
+
+    device: Device
+    beneath: list[Device]
+    current: Point  # the baseline
+    desired: local.DesiredState | None
+
+    def engine(self, exp: TuningExperiment) -> Engine:
+        # The stripe cache costs its size in pages on every member disk (a memory constraint).
+        members = len(self.device.md.members) if self.device.md is not None else 1
+        return Engine(exp.spec, self.current, seed=exp.spec.seed, members=members)
+
+
+def check_here(fs: KernelFS, state_dir: Path, exp: TuningExperiment, device: str | None,
+               protection: HostProtection) -> Here:
+    """Every refusal the experiment meets on this host, reading only (the run and the dry run)."""
+    topology = local.discover(fs, state_dir)
+    chosen = choose_device(exp, topology, device)
+    beneath = beneath_of(topology, chosen)
+    # Before any trial value is written: the host's own disks take no experiment.
+    protection.check(fs, topology, [chosen.name, *(d.name for d in beneath)], "experiment")
+    shared = shared_ids(topology, [chosen, *beneath])
+    if shared:  # the overlay names devices by stable id: one id must be one device
+        raise TuneError(f"the trial's values would reach other devices too: {'; '.join(shared)}:"
+                        " detach the duplicate, or choose another device")
+    problems = check_against_device(exp, chosen, beneath, where=exp.name)
+    if problems:
+        raise DocumentError(problems)
+    try:
+        current = baseline_point(exp, chosen, beneath)
+    except ValueError as exc:
+        raise TuneError(f"no baseline: {exc}") from None
+    desired = local.saved_desired(state_dir)
+    clash = overlay_conflicts(overlay_profile(exp.name, current, chosen, beneath),
+                              desired.profiles if desired else [])
+    if clash:
+        raise TuneError(f"desired profile(s) {', '.join(clash)} have the highest priority and would"
+                        " win over the experiment's values: lower their priority first")
+    return Here(chosen, beneath, current, desired)
+
+
+def dry_run(fs: KernelFS, state_dir: Path, exp: TuningExperiment, device: str | None,
+            protection: HostProtection) -> DryRun:
+    """What ``tune --dry-run`` shows: the run's checks and the control plane's dry-run figures."""
+    if exp.spec.strategy == "bayesian":
+        _search_library(exp.name)
+    here = check_here(fs, state_dir, exp, device, protection)
+    estimate = here.engine(exp).progress().total_estimate
+    return DryRun(experiment=exp.name, device=here.device.name, beneath=[d.name for d in here.beneath],
+                  baseline=here.current, estimatedTrials=estimate, **asdict(hold_time(exp.spec, estimate)))
+
+
 # -- running --------------------------------------------------------------------------
 def _search_library(name: str) -> None:
     """Before anything is touched: the bayesian search's library is the `tune` extra
@@ -209,37 +276,16 @@ class LocalExperiment:
         self.bench = BenchmarkManager(fs, state_dir, runner=runner, on_progress=self._live,
                                       apply_wait=apply_wait, protection=protection)
         self.recovered = local.recover(fs, state_dir, ram_share=ram_share)
-        topology = local.discover(fs, state_dir)
-        self.device = choose_device(exp, topology, device)
-        self.beneath = beneath_of(topology, self.device)
-        # Before any trial value is written: the host's own disks take no experiment.
-        protection.check(fs, topology, [self.device.name, *(d.name for d in self.beneath)], "experiment")
-        shared = shared_ids(topology, [self.device, *self.beneath])
-        if shared:  # the overlay names devices by stable id: one id must be one device
-            raise TuneError(f"the trial's values would reach other devices too: {'; '.join(shared)}:"
-                            " detach the duplicate, or choose another device")
-        problems = check_against_device(exp, self.device, self.beneath, where=exp.name)
-        if problems:
-            raise DocumentError(problems)
-        try:
-            self.current = baseline_point(exp, self.device, self.beneath)
-        except ValueError as exc:
-            raise TuneError(f"no baseline: {exc}") from None
-        desired = local.saved_desired(state_dir)
+        here = check_here(fs, state_dir, exp, device, protection)
+        self.device, self.beneath, self.current = here.device, here.beneath, here.current
+        desired = here.desired
         self.desired: list[StorageProfile] = desired.profiles if desired else []
         self.generations = desired.generations if desired else {}
         self.remembered = desired is not None
         #: The control plane's share stored with them: trials and the put-back hold to it too.
         self.asked_share = desired.ram_share if desired else None
-        self._overlay = overlay_profile(exp.name, self.current, self.device, self.beneath)
-        clash = overlay_conflicts(self._overlay, self.desired)
-        if clash:
-            raise TuneError(f"desired profile(s) {', '.join(clash)} have the highest priority and would"
-                            " win over the experiment's values: lower their priority first")
         self.id = f"{exp.name[:100].rstrip('.-')}-{secrets.token_hex(3)}"
-        # The stripe cache costs its size in pages on every member disk (a memory constraint).
-        members = len(self.device.md.members) if self.device.md is not None else 1
-        self.engine = Engine(exp.spec, self.current, seed=exp.spec.seed, members=members)
+        self.engine = here.engine(exp)
         self.trials: list[Trial] = []
         self._request: TrialRequest | None = None
         self._progress: Progress | None = None  # the standing, computed once per trial

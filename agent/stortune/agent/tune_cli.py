@@ -1,4 +1,4 @@
-"""``stortune-agent tune -f EXP.yaml [--device NAME] [-o table|json] [--profile-out FILE]``.
+"""``stortune-agent tune -f EXP.yaml [--device NAME] [--dry-run] [-o table|json] [--profile-out FILE]``.
 
 Runs one TuningExperiment on this host (``tune.LocalExperiment``) with a live progress
 line on stderr: trial k of n, the values under test, the metric so far, the leader and
@@ -24,9 +24,18 @@ from typing import TextIO
 from stortune.agent import render
 from stortune.agent.bench import args as bench_args
 from stortune.agent.kernelfs import KernelFS
-from stortune.agent.tune import Event, LocalExperiment, TuneError, TuneResult, describe_point, read_experiment
+from stortune.agent.tune import (
+    DryRun,
+    Event,
+    LocalExperiment,
+    TuneError,
+    TuneResult,
+    describe_point,
+    dry_run,
+    read_experiment,
+)
 from stortune.schemas.bench import metrics, units
-from stortune.schemas.tuning.timing import DEADLINE, span
+from stortune.schemas.tuning.timing import DEADLINE, hold_line, span
 
 EXIT_OK, EXIT_ERROR = 0, 1
 #: How an experiment may end and still count as run (the budget is the user's own limit).
@@ -90,6 +99,9 @@ class ProgressLine:
 
 def run(args: argparse.Namespace, fs: KernelFS) -> int:
     exp = read_experiment(args.file)
+    if args.dry_run:
+        return _dry_run(dry_run(fs, Path(args.state_dir), exp, args.device, bench_args.protection_of(args)),
+                        args.output)
     stop = threading.Event()
     with _stopping(stop) as caught:
         experiment = LocalExperiment(fs, Path(args.state_dir), exp, device=args.device,
@@ -120,6 +132,18 @@ def run(args: argparse.Namespace, fs: KernelFS) -> int:
     if result.finished not in _RAN:
         print(f"error: the experiment ended early: {result.finished}", file=sys.stderr)
         return EXIT_ERROR
+    return EXIT_OK
+
+
+def _dry_run(plan: DryRun, output: str) -> int:
+    if output == "json":
+        sys.stdout.write(plan.model_dump_json(indent=2) + "\n")
+        return EXIT_OK
+    beneath = f" (beneath: {', '.join(plan.beneath)})" if plan.beneath else ""
+    print(f"dry run: experiment {plan.experiment} on {plan.device}{beneath} (nothing runs)")
+    print(f"  baseline (the values in effect now): {describe_point(plan.baseline)}")
+    print(f"  about {plan.estimatedTrials} trial(s) (the search adapts to what it measures)")
+    print("  " + hold_line(plan.trialSeconds, plan.estimatedSeconds, plan.durationSeconds))
     return EXIT_OK
 
 
