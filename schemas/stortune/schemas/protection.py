@@ -20,7 +20,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from stortune.schemas.bench.target import beneath
-from stortune.schemas.topology import Device, DeviceKind, Topology
+from stortune.schemas.topology import (
+    PROTECTION_REASON_MAX,
+    Device,
+    DeviceKind,
+    ProtectedDevice,
+    Topology,
+    printable,
+)
 
 #: The mount points protected unless the host gives its own list.
 DEFAULT_MOUNTS: tuple[str, ...] = ("/", "/boot", "/var")
@@ -129,11 +136,26 @@ def _over_protected(topology: Topology, out: Mapping[str, str], loops: Mapping[s
     return added
 
 
+def reported(topology: Topology, protected: Mapping[str, str]) -> Topology:
+    """``topology`` carrying its protected devices, as the agent reports them to the control plane:
+    reasons made printable (a swap file's path is the kernel's text) and cut to the model's bound
+    (a long chain of loops nests its reasons), so what the agent sends always validates."""
+    def short(reason: str) -> str:
+        reason = printable(reason)
+        return reason if len(reason) <= PROTECTION_REASON_MAX else reason[:PROTECTION_REASON_MAX - 1] + "…"
+
+    entries = [ProtectedDevice(name=dev.name, id=dev.id, reason=short(protected[dev.name]))
+               for dev in topology.devices if dev.name in protected]
+    return topology.model_copy(update={"protected": entries})
+
+
 def topology_refusals(topology: Topology, devices: Iterable[str], what: str) -> list[str]:
-    """The refusals a reported topology alone answers (the control plane's dry runs and
-    submissions): the default mounts. Swap, the host's --protect-* flags and its loop devices'
-    owners are the agent's to add when it is asked."""
-    return refusals(protected_devices(topology, Protection()), devices, what)
+    """The refusals a reported topology answers (the control plane's dry runs and submissions, a
+    preview: the agent refuses again): the protected devices the host reported, or the default
+    mounts alone from an agent that reports none."""
+    if topology.protected is None:
+        return refusals(protected_devices(topology, Protection()), devices, what)
+    return refusals({p.name: p.reason for p in topology.protected}, devices, what)
 
 
 def refusals(protected: Mapping[str, str], devices: Iterable[str], what: str) -> list[str]:

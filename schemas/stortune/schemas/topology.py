@@ -19,7 +19,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stortune.schemas.controllers import ControllerInventory, VolumeRef
 
@@ -294,6 +294,32 @@ class Device(_Model):
         description="The hardware RAID virtual drive this disk is, when a vendor tool maps it")
 
 
+#: A protection reason is one sentence ("zram0 backs swap (/dev/zram0)"); the agent shortens longer.
+PROTECTION_REASON_MAX = 512
+
+
+def printable(text: str) -> str:
+    """``text`` with each control character as '?'."""
+    return _CONTROL.sub("?", text)
+
+
+def _reason(text: str) -> str:
+    if _CONTROL.search(text):
+        raise ValueError("must be printable text (no control characters)")
+    return text
+
+
+class ProtectedDevice(_Model):
+    """A device the agent refuses to experiments, benchmarks and probes, and why. The agent is
+    the authority; the control plane shows these and previews the agent's refusals with them."""
+
+    name: DeviceName
+    id: str = Field(max_length=2 * TEXT_MAX, description="The device's stable id, as in devices[]")
+    reason: Annotated[str, Field(max_length=PROTECTION_REASON_MAX), AfterValidator(_reason)] = Field(
+        description='One sentence: "zram0 backs swap (/dev/zram0)", "loop7 is named protected by the'
+                    ' host (--protect-device)"')
+
+
 class Topology(_Model):
     hostname: str | None = None
     kernel: str | None = None
@@ -307,6 +333,11 @@ class Topology(_Model):
         default=None, exclude_if=_absent,
         description="Hardware RAID controllers as their vendor tools report them; None when the"
                     " agent did not ask (no vendor tool on its tool path)")
+    protected: list[ProtectedDevice] | None = Field(
+        default=None, exclude_if=_absent, max_length=MAX_DEVICES,
+        description="The devices the agent protects (its mounts, swap, --protect-* flags, other users'"
+                    " loop devices), each one of devices[] at most once; None: an agent that does not"
+                    " report them (the control plane falls back to the default mounts)")
 
     @field_validator("devices")
     @classmethod
@@ -318,6 +349,21 @@ class Topology(_Model):
                 raise ValueError(f"devices[{i}].name {dev.name!r} is also devices[{first}]'s: "
                                  "a kernel name belongs to one device")
         return devices
+
+    @model_validator(mode="after")
+    def _protected_are_devices(self) -> Topology:
+        """Each protected entry names one device of this topology, once, by its own id: so the
+        list is never longer than devices[]."""
+        ids = {dev.name: dev.id for dev in self.devices}
+        seen: set[str] = set()
+        for i, entry in enumerate(self.protected or ()):
+            if ids.get(entry.name) != entry.id:
+                raise ValueError(f"protected[{i}]: {entry.name!r} with id {entry.id[:100]!r} is not one of"
+                                 " devices[] (a protected device is one the topology lists, by its id)")
+            if entry.name in seen:
+                raise ValueError(f"protected[{i}].name {entry.name!r} is listed twice: once per device")
+            seen.add(entry.name)
+        return self
 
     def device(self, name: str) -> Device | None:
         for dev in self.devices:
