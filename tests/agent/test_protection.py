@@ -374,3 +374,28 @@ def test_the_serving_agent_takes_the_hosts_protection_flags() -> None:
                                           "--protect-device", "/dev/sdc", "--allow-loop", "loop3"])
     got = protection_of(args)
     assert (got.mounts, got.devices, got.allow_loops) == ((*DEFAULT_MOUNTS, "/srv/db"), ("sdc",), ("loop3",))
+
+
+# -- the control plane is told -------------------------------------------------------------------
+def test_the_topology_the_agent_uploads_and_serves_names_its_protected_devices(
+        host: Host, tmp_path: Path) -> None:
+    """What registration uploads and what GetTopology answers (both stored by the control plane)
+    carry the host's protected devices, so its dry runs refuse loop7 as this agent does; a host
+    protecting nothing reports an empty list, not nothing (an older agent)."""
+    from stortune.api.agent import wire
+    from tests.fixtures.agent_host import LOOP_ID, serving
+
+    named = {"name": "loop7", "id": LOOP_ID,
+             "reason": "loop7 is named protected by the host (--protect-device)"}
+    for flags, expected in (((), []), (("loop7",), [named])):
+        with serving(host.fs, tmp_path / f"state{len(flags)}",
+                     protection=HostProtection(devices=flags, stat=NOTHING_OWNED)) as agent:
+            uploaded = agent._uploaded_topology().model_dump(mode="json")
+            channel = grpc.insecure_channel(agent.address)
+            try:
+                answer = wire.agent_stub(channel).GetTopology(wire.topology_request(), timeout=30)
+            finally:
+                channel.close()
+            _, served, _ = wire.topology_from(answer)
+        assert uploaded["protected"] == expected
+        assert served.model_dump(mode="json")["protected"] == expected

@@ -70,6 +70,13 @@ class HostProtection:
                             foreign_loops=foreign, loop_devices=backed)
         return protected_devices(topology, config)
 
+    def report(self, fs: KernelFS, topology: Topology) -> Topology:
+        """``topology`` with this host's protected devices, for the control plane: its dry runs
+        preview the refusals this agent makes (it still makes them)."""
+        from stortune.schemas.protection import reported
+
+        return reported(topology, self.resolve(fs, topology))
+
     def _loops(self, fs: KernelFS, topology: Topology) -> tuple[dict[str, str], dict[str, str]]:
         """(another user's loop devices -> why, loop devices over a block device -> that device)."""
         by_devno = {d.devno: d.name for d in topology.devices if d.devno}

@@ -291,7 +291,8 @@ class AgentService(wire.AgentServiceServicer):
     @_status_errors
     def GetTopology(self, request: wire.GetTopologyRequest,
                     context: grpc.ServicerContext) -> wire.GetTopologyResponse:
-        topology = local.discover(self.fs, self.state_dir)
+        # With the protected devices: the control plane stores this one as registration's.
+        topology = self.protection.report(self.fs, local.discover(self.fs, self.state_dir))
         return wire.topology_response(self.host(), topology, topology.structure_hash())
 
     @_status_errors

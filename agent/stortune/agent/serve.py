@@ -297,13 +297,15 @@ class Agent:
 
     def _uploaded_topology(self) -> Topology:
         """What registration sends: values with their recorded originals, so the control plane's
-        dry runs see pending restorations at once. A damaged originals store does not keep the
+        dry runs see pending restorations at once, and the protected devices, so they refuse what
+        this agent refuses. A damaged originals store does not keep the
         host from registering; the agent API reports it (FAILED_PRECONDITION) at the next look."""
         try:
-            return local.discover(self.fs, self.state_dir)
+            topology = local.discover(self.fs, self.state_dir)
         except StateError as exc:
             log.warning("topology sent without its recorded originals: %s", exc)
-            return local.discover(self.fs)
+            topology = local.discover(self.fs)
+        return self.options.protection.report(self.fs, topology)
 
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
