@@ -142,8 +142,9 @@ def preview(session: Session, spec: BenchmarkSpec, names: Sequence[str]) -> list
 
 def _refusals(spec: BenchmarkSpec, topology: Topology, target: str,
               steps: Sequence[WorkloadStep]) -> list[str]:
-    """The agent's refusals a topology answers: the same functions the agent calls. The host's own
-    --protect-* flags and the signatures wipefs finds are the agent's to add when the run starts."""
+    """The agent's refusals a topology answers: the same functions the agent calls, with the
+    protected devices the host reported. The signatures wipefs finds are the agent's to add when
+    the run starts."""
     dev = topology.device(target) if spec.spec.target.device is not None else None
     if dev is None:
         return []

@@ -15,6 +15,8 @@ from sqlalchemy.orm import Session
 from stortune.api.agent.wire import BenchmarkProgress
 from stortune.schemas.analysis.model import MeasuredCeiling
 from stortune.schemas.analysis.probe import ProbeResult
+from stortune.schemas.bench.target import beneath
+from stortune.schemas.protection import topology_refusals
 from stortune.schemas.topology import is_device_name
 from stortune.server.db.tables import Probe
 from stortune.server.errors import BadRequest, Cause, Invalid, NotFound
@@ -33,7 +35,8 @@ def new_probe_id() -> str:
 
 def check_request(consent: bool, device: str | None, topology: dict[str, Any] | None) -> None:
     """400 naming ``consent`` or ``device`` (a path, not a kernel name); 422 naming ``device``
-    for a device the host's last reported topology does not have. The agent checks again."""
+    for a device the host's last reported topology does not have or protects (or lies on one it
+    protects). The agent checks again."""
     if consent is not True:
         raise BadRequest("consent: a probe loads the host's disks with reads for a while; send"
                          ' "consent": true to run it')
@@ -47,6 +50,10 @@ def check_request(consent: bool, device: str | None, topology: dict[str, Any] | 
         if known is not None and known.device(device) is None:
             raise Invalid([Cause("device", f"{device!r} is not a block device of this host"
                                            " (GET /api/v1/hosts/{name} lists them)")], kind=KIND)
+        if known is not None:  # a preview of the agent's refusal, from what the host reported
+            refused = topology_refusals(known, [b.device for b in beneath(known, device)], "probe")
+            if refused:
+                raise Invalid([Cause("device", r) for r in refused], kind=KIND)
 
 
 def create(session: Session, probe_id: str, host: str, device: str | None, *, requested_by: str,
