@@ -522,3 +522,19 @@ def test_hostile_corrections_go_only_to_a_server_that_takes_them_and_stop_once_r
         (1, 256, 4096, "runtime")]
     assert "corrections" not in beats[2]
     assert corrections.batch(state) is None
+
+
+def test_sends_the_topology_when_swap_is_turned_on_though_no_device_changed(
+        managed: Callable[..., Agent], plane: FakeControlPlane, host: Host) -> None:
+    """The protected devices travel with the topology (the control plane's dry runs refuse them):
+    `swapon /dev/loop7` changes them and not the device graph's hash, and is sent all the same."""
+    managed(rescan_interval=0.2)
+    plane.wait_for(lambda: len(plane.of("heartbeat")) >= 1)
+    assert plane.of("register")[0].body["topology"]["protected"] == [] and plane.of("topology") == []
+    swaps = "Filename Type Size Used Priority\n/dev/loop7 partition 65532 0 -2\n"
+    (host.fs.procfs / "swaps").write_text(swaps)
+    plane.wait_for(lambda: len(plane.of("topology")) >= 1)
+    put = plane.of("topology")[0].body
+    assert [(p["name"], p["reason"]) for p in put["topology"]["protected"]] == [
+        ("loop7", "loop7 backs swap (/dev/loop7)")]
+    assert put["topology_hash"] == plane.of("register")[0].body["topology_hash"]

@@ -253,6 +253,12 @@ class Registrar:
         self._poked = True
         self._wake.set()
 
+    def topology_changed(self) -> None:
+        """The topology changed without its structure hash (the protected devices): send it with
+        the next report, now."""
+        self._sent_hash = None
+        self.poke()
+
     def report(self) -> None:
         """A heartbeat now, with the current digests; never raises (the loop retries what fails)."""
         try:

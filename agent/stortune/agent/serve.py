@@ -153,11 +153,15 @@ class Agent:
         self._host_key: str | None = None
         #: The digest of the values last read (``observed_values``): reported when it changes.
         self._digest: str | None = None
+        #: The protected devices last seen (``HostProtection.resolve``): reported when they change.
+        self._protected: dict[str, str] = {}
 
     def start(self) -> str:
         """Converge, listen, register, watch devices; -> the bound address."""
         self._converge_at_start()
-        self._hash = local.discover(self.fs).structure_hash()
+        topology = local.discover(self.fs)
+        self._hash = topology.structure_hash()
+        self._protection_changed(topology)
         if self.options.server:
             self._observe()
             try:
@@ -307,6 +311,14 @@ class Agent:
             topology = local.discover(self.fs)
         return self.options.protection.report(self.fs, topology)
 
+    def _protection_changed(self, topology: Topology) -> bool:
+        """Whether the protected devices changed since the last look: swap turned on, a mount
+        moved, a loop's backing file changed hands, all without the device graph's hash changing."""
+        protected = self.options.protection.resolve(self.fs, topology)
+        changed = protected != self._protected
+        self._protected = protected
+        return changed
+
     def _spawn(self, name: str, target: Callable[[], None]) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
@@ -336,7 +348,10 @@ class Agent:
                 continue
             next_scan = time.monotonic() + interval
             try:
-                current = local.discover(self.fs).structure_hash()
+                topology = local.discover(self.fs)
+                current = topology.structure_hash()
+                if self._protection_changed(topology) and self.registrar is not None:
+                    self.registrar.topology_changed()
                 if current == self._hash and not event and not self._retry:
                     continue
                 log.info("device graph changed (%s -> %s): converging", self._hash, current)

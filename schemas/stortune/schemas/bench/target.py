@@ -8,10 +8,12 @@ outstanding I/Os with an array's member drives.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from stortune.schemas.bench.steps import TargetFacts
 from stortune.schemas.topology import Device, DeviceKind, Topology
+
+if TYPE_CHECKING:  # the step models load with a benchmark, not with protection's use of beneath()
+    from stortune.schemas.bench.steps import TargetFacts
 
 Relation = Literal["target", "md-member", "mpath-path", "lvm-pv", "crypt-backing", "slave", "disk"]
 
@@ -88,6 +90,8 @@ def _spindles(topology: Topology, name: str) -> int:
 
 
 def facts(topology: Topology, name: str) -> TargetFacts:
+    from stortune.schemas.bench.steps import TargetFacts
+
     dev = topology.device(name)
     if dev is None:
         raise ValueError(f"no device {name!r} in the topology")
