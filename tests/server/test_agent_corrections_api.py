@@ -15,7 +15,9 @@ from fastapi import FastAPI
 
 from stortune.schemas.corrections import MAX_BATCH
 from stortune.server.auth import Role
-from tests.server.builders import API, keyed, registration
+from stortune.server.models.hosts import DeviceSetting
+from stortune.server.services import hosts
+from tests.server.builders import API, keyed, loop_topology, registration
 from tests.server.support import TestClient, bearer, issue_token
 from tests.server.test_metrics import parse, sample, scrape
 
@@ -34,17 +36,33 @@ def beat(*items: dict[str, Any], epoch: str = EPOCH) -> dict[str, Any]:
 
 
 def events(client: TestClient, reason: str) -> list[str]:
+    return [e["message"] for e in listed(client, reason)]
+
+
+def listed(client: TestClient, reason: str) -> list[dict[str, Any]]:
     items = client.get(f"{API}/events", params={"host": "h1", "limit": 200}).json()["items"]
-    return [e["message"] for e in reversed(items) if e["reason"] == reason]
+    return [e for e in reversed(items) if e["reason"] == reason]
 
 
 def counted(app: FastAPI, name: str, cause: str = "runtime") -> float:
     return sample(parse(scrape(app)), name, tunable="read_ahead_kb", cause=cause) or 0
 
 
+def applying(app: FastAPI, client: TestClient, name: str = "h1") -> None:
+    """Host ``name`` with loop0 in its topology, where the reconciler applies streaming/loops: the
+    corrections below name what the host applies (else they are recorded without the profile)."""
+    response = client.post(f"{AGENTS}/register", json=registration(name, topology=loop_topology(name)))
+    assert response.status_code == 200, response.text
+    row = DeviceSetting(device="loop0", deviceId="name:loop0", tunable="read_ahead_kb", desired=4096,
+                        observed=4096, inSync=True, profile="streaming", rule="loops", generation=1)
+    with app.state.sessions() as session:
+        hosts.write_status(session, name, devices=[row], applied_generations={"streaming": 1},
+                           now=app.state.clock())
+
+
 @pytest.fixture
-def registered(client: TestClient) -> TestClient:
-    assert client.post(f"{AGENTS}/register", json=registration("h1")).status_code == 200
+def registered(app: FastAPI, client: TestClient) -> TestClient:
+    applying(app, client)
     return client
 
 
@@ -103,10 +121,9 @@ def test_hostile_a_batch_sent_again_is_recorded_once(app: FastAPI, registered: T
     assert again.status_code == 200 and again.json()["corrections_recorded"] == 3
     assert registered.post(f"{AGENTS}/h1/heartbeat", json=beat(correction(3))).json()[
         "corrections_recorded"] == 3
-    assert [m.split(":")[0] for m in events(registered, "Drift")] == [
-        "loop0 read_ahead_kb observed 256, desired 4096 (streaming/loops)",
-        "loop0 read_ahead_kb observed 512, desired 4096 (streaming/loops)",
-        "loop0 read_ahead_kb observed 256, desired 4096 (streaming/loops)"]
+    # The same device, tunable and cause: one event, raised once per correction (the newest's words).
+    assert [(e["message"].split(":")[0], e["count"]) for e in listed(registered, "Drift")] == [
+        ("loop0 read_ahead_kb observed 256, desired 4096 (streaming/loops)", 3)]
     assert counted(app, "stortune_drift_events_total") == 3
     assert counted(app, "stortune_correction_events_total") == 3
 
@@ -139,10 +156,10 @@ def test_a_new_epoch_counts_afresh_and_a_gap_is_said(registered: TestClient) -> 
     assert fresh.json()["corrections_recorded"] == 1
     gap = registered.post(f"{AGENTS}/h1/heartbeat", json=beat(correction(5), epoch="fedcba9876543210"))
     assert gap.json()["corrections_recorded"] == 5
-    drift = events(registered, "Drift")
-    assert len(drift) == 4
-    assert drift[2] == ("3 earlier setting(s) the agent set back on its own were not reported"
-                        " (it had more than it keeps)")
+    drift = listed(registered, "Drift")
+    assert [e["count"] for e in drift] == [3, 3]  # corrections 1, 1 (the new epoch) and 5; 3 missed
+    assert drift[1]["message"] == ("3 earlier setting(s) the agent set back on its own were not reported"
+                                   " (it had more than it keeps)")
 
 
 def test_a_heartbeat_without_corrections_is_answered_as_before(registered: TestClient) -> None:

@@ -85,16 +85,18 @@ class Correction(BaseModel):
     def _where(self) -> str:
         return f"{self.device} {self.tunable}"
 
-    def _source(self) -> str:
-        return f"{self.profile}/{self.rule}"
+    def _source(self, attributed: bool) -> str:
+        # Unattributed: the control plane does not apply that rule there; the claim is shown, not believed.
+        source = f"{self.profile}/{self.rule}"
+        return source if attributed else f"{source}, which this host does not apply"
 
-    def drift_message(self) -> str:
+    def drift_message(self, attributed: bool = True) -> str:
         found = "(unreadable)" if self.found is None else self.found
-        return (f"{self._where()} observed {found}, desired {self.set_to} ({self._source()}):"
+        return (f"{self._where()} observed {found}, desired {self.set_to} ({self._source(attributed)}):"
                 f" {CAUSES[self.cause]}; the agent set it back {TRIGGERS[self.trigger]}")
 
-    def corrected_message(self) -> str:
-        return (f"{self._where()} set back to {self.set_to} ({self._source()})"
+    def corrected_message(self, attributed: bool = True) -> str:
+        return (f"{self._where()} set back to {self.set_to} ({self._source(attributed)})"
                 f" by the agent {TRIGGERS[self.trigger]}")
 
 

@@ -68,6 +68,10 @@ class Settings(BaseModel):
     # Per-token rate limits of expensive calls, in calls per minute, by name
     # ("dry-run", "diagnostics", "benchmark-runs"); unnamed ones keep the route's default.
     rate_limits: dict[str, float] = Field(default_factory=dict)
+    # The settings a host's agent set back on its own (reported with its heartbeats) become events:
+    # the same device, tunable and cause within 10 minutes raise one event's count; new ones past
+    # this many a minute per host are counted and summed up in one event, not written one by one.
+    agent_correction_events_per_minute: int = Field(default=30, ge=1, le=10_000)
     # The benchmark run queue is looked at this often (and at once when a run is asked for):
     # due schedules fire, queued runs whose retry time came are started.
     benchmark_interval_s: float = Field(default=5, gt=0, le=60)

@@ -96,7 +96,8 @@ class HeartbeatAccepted(BaseModel):
     lease_duration_s: float
     accepts_corrections: AcceptsCorrections = True
     corrections_recorded: int | None = Field(
-        default=None, description="The sent corrections are recorded up to this seq: the agent drops them")
+        default=None, description="The sent corrections are recorded up to this seq: the agent drops them."
+                                  " None: none taken (more batches than the host's rate): send them later")
 
 
 class WatchAccepted(HeartbeatAccepted):

@@ -25,8 +25,9 @@ def record(
     now: datetime,
     host: str | None = None,
     profile: str | None = None,
+    count: int = 1,
 ) -> Event:
-    """Add an event; part of the caller's transaction.
+    """Add an event standing for ``count`` occurrences; part of the caller's transaction.
 
     An event identical to the object's previous one only raises its count, so a
     flapping host shows one line with count 40, not 40 lines.
@@ -40,12 +41,12 @@ def record(
     if last is not None and (last.type, last.reason, last.message, last.host, last.profile) == (
         type, reason, message, host, profile,
     ):
-        last.count += 1
+        last.count += count
         last.last_timestamp = now
         return last
     event = Event(
         involved_kind=kind, involved_name=name, type=type, reason=reason, message=message,
-        host=host, profile=profile, first_timestamp=now, last_timestamp=now, count=1,
+        host=host, profile=profile, first_timestamp=now, last_timestamp=now, count=count,
     )
     session.add(event)
     return event

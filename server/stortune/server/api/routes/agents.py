@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -12,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from stortune.api.agent import HOST_KEY_HEADER
 from stortune.server.api.audit import audited_when_refused, note_resource
 from stortune.server.api.bodies import OffLoopBodyRoute
+from stortune.server.api.buckets import Limiter
 from stortune.server.api.deps import HostName, NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
 from stortune.server.api.security import Authorized
@@ -95,7 +97,7 @@ async def heartbeat(*, who: Agent, name: HostName, body: Heartbeat, request: Req
 async def _renew(request: Request, name: str, body: Heartbeat, proof: Proof
                  ) -> tuple[Pace, datetime, bool, int | None]:
     """The heartbeat's database part: one trip to the threadpool. The last element: up to which
-    seq the corrections sent are recorded (None: none were sent)."""
+    seq the corrections sent are recorded (None: none were sent, or past the host's rate)."""
     state = request.app.state
     sessions: sessionmaker[Session] = state.sessions
     fleet: FleetSize = state.fleet_size
@@ -107,10 +109,12 @@ async def _renew(request: Request, name: str, body: Heartbeat, proof: Proof
             paced = fleet.pace(settings)
             expires, wanted = hosts.heartbeat(session, name, body, proof=proof,
                                               lease_duration_s=paced.lease_s, now=now)
-            # After the lease's commit, and only once the host key is proven (heartbeat raised else).
-            recorded = None if body.corrections is None else corrections.record(
-                session, name, body.corrections, now)
-            return paced, expires, wanted, recorded
+            # After the lease's commit, and only once the host key is proven (heartbeat raised else),
+            # so no one else spends the host's rate. A batch past it is not taken: sent again later.
+            if body.corrections is None or not _takes_batch(state.rate_limiter, settings, name, now):
+                return paced, expires, wanted, None
+            return paced, expires, wanted, corrections.record(
+                session, name, body.corrections, now, per_minute=settings.agent_correction_events_per_minute)
 
     paced, expires, wanted, recorded = await run_in_threadpool(renew)
     state.metrics.heartbeat()
@@ -118,6 +122,13 @@ async def _renew(request: Request, name: str, body: Heartbeat, proof: Proof
         state.metrics.drift(c.tunable, c.cause)
         state.metrics.corrected(c.tunable, c.cause)
     return paced, expires, wanted, None if recorded is None else recorded.upto
+
+
+def _takes_batch(limiter: Limiter, settings: Settings, name: str, now: datetime) -> bool:
+    """One batch of corrections from host ``name`` within its rate (per host: the agents share a token)."""
+    per_minute = settings.rate_limits.get(corrections.LIMIT, corrections.BATCHES_PER_MINUTE)
+    burst = max(1, math.ceil(per_minute / 4))  # a quarter minute's worth, as the routes' limits
+    return limiter.take(corrections.LIMIT, name, per_minute=per_minute, burst=burst, now=now) == 0
 
 
 @router.post("/{name}/watch", openapi_extra=_HOST_KEY_DOC, responses={
