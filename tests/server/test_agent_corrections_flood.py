@@ -17,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select
 
+from stortune.server import cli
 from stortune.server.db.tables import Event
 from stortune.server.services.corrections import LIMIT
 from tests.server.builders import API
@@ -148,3 +149,9 @@ def test_the_same_correction_twice_raises_one_events_count(app: FastAPI, client:
     client.post(f"{AGENTS}/h1/heartbeat", json=beat(correction(4)))
     assert [e["count"] for e in listed(client, profile="streaming") if e["reason"] == "Drift"] == [2, 1, 1]
     assert counted(app, "stortune_drift_events_total") == 3
+
+
+def test_hostile_a_budget_of_none_is_refused_at_start_naming_it(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["--db", "sqlite://", "--agent-correction-events", "0"]) == 1
+    assert "agent_correction_events_per_minute: Input should be greater than or equal to 1" in (
+        capsys.readouterr().err)

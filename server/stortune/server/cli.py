@@ -151,6 +151,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="agents that report their values are asked for them every 10 intervals,"
                              " or less often once the fleet needs more than N looks a second "
                              "(default 10)")
+    parser.add_argument("--agent-correction-events", type=int, default=30, metavar="N",
+                        help="settings an agent set back on its own become events; past N new ones a "
+                             "minute from one host they are counted and summed up in one (default 30)")
     parser.add_argument("--max-body-size", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help=f"refuse larger request bodies with 413 (default {DEFAULT_MAX_BODY_BYTES})")
     for flag, field, metavar, what in (
@@ -343,6 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             rate_limits=dict(args.rate_limit), agent_pki=pki_dir,
             experiment_max_grid=args.experiment_max_grid, shard_lease_s=args.shard_lease,
             agent_watch_s=args.agent_watch, max_looks_per_s=args.max_looks_per_second,
+            agent_correction_events_per_minute=args.agent_correction_events,
             **{field: getattr(args, field) for _, field, _ in _TIMEOUTS},
         )
     except ValidationError as exc:
