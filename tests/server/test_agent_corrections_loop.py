@@ -89,6 +89,9 @@ def test_a_hand_change_the_agent_sets_back_at_its_start_is_a_drift_event_with_it
                          " outside stortune; the agent set it back at its start"]
         assert _events(cp, "Corrected") == [
             f"{dev} read_ahead_kb set back to 4096 (corrections/loops) by the agent at its start"]
+        with cp.http() as c:  # what the host applies: on the profile's events too
+            on_profile = c.get("/events", params={"profile": "corrections"}).json()["items"]
+        assert [e["message"] for e in on_profile if e["reason"] == "Drift"] == drift
         samples = parse(scrape(app))
         assert sample(samples, "stortune_drift_events_total", tunable="read_ahead_kb", cause="runtime") == 1
         assert sample(samples, "stortune_correction_events_total", tunable="read_ahead_kb",
