@@ -22,7 +22,7 @@ from stortune.agent.protection import HostProtection
 from stortune.schemas.protection import HOW_TO_CHANGE
 from stortune.schemas.topology import Topology
 from tests.fixtures.sysfs_builder import SysfsBuilder
-from tests.server.builders import API, registration
+from tests.server.builders import API, loop_topology, registration
 from tests.server.support import TestClient, admin_client
 from tests.server.tunefakes import experiment_doc
 
@@ -109,3 +109,19 @@ def test_a_free_device_of_the_host_is_previewed_without_refusals(client: TestCli
         {"name": "loop7", "id": "loop:/srv/seven.img",
          "reason": "loop7 is named protected by the host (--protect-device)"},
         {"name": "zram0", "id": "name:zram0", "reason": "zram0 backs swap (/dev/zram0)"}]
+
+
+@pytest.mark.parametrize(("protected", "field"), [
+    ([{"name": "loop0", "id": "name:loop0", "reason": "loop0 holds /\x1b[2J"}],
+     "topology.protected[0].reason"),
+    ([{"name": "loop0", "id": "name:loop0", "reason": "loop0 holds /"}] * 100_000, "topology.protected"),
+], ids=["control characters", "100k entries"])
+def test_hostile_a_registration_with_bad_protected_devices_is_refused_naming_the_field(
+        app: FastAPI, protected: list[dict[str, str]], field: str) -> None:
+    body = registration("h2", topology=loop_topology("h2"))
+    body["topology"]["protected"] = protected
+    with admin_client(app) as client:
+        response = client.post(f"{API}/agents/register", json=body)
+        assert response.status_code == 422, response.text
+        assert [c["field"] for c in response.json()["details"]["causes"]] == [field]
+        assert client.get(f"{API}/hosts/h2").status_code == 404
