@@ -139,7 +139,8 @@ def test_the_same_value_becomes_the_same_token_in_every_file(tmp_path: Path) -> 
     for path in ("topology.json", "commands/lsblk.json", "commands/smartctl/sda.json"):
         assert serial in text[path]
     nfs = token_for(mapping, "10.20.30.40")
-    assert f"- nfs4 {nfs}:/backup" in text["proc/self/mountinfo"]
+    # the export has the mountpoint's name (/backup): one token for both
+    assert f"- nfs4 {nfs}:/{token_for(mapping, '/backup')}" in text["proc/self/mountinfo"]
     assert f"nfs: server {nfs} OK" in text["kernel/storage-messages.txt"]
     assert redacted.info.host == token_for(mapping, "db01")
     assert json.loads(text["topology.json"])["hostname"] == redacted.info.host

@@ -65,7 +65,7 @@ def test_known_values_in_every_spelling(text: str, expected: str) -> None:
     ("53 - nfs4 nas01.example.com:/export rw,addr=10.9.8.7 ... server nas01.example.com OK",
      "53 - nfs4 HOST-0001:/export rw,addr=IP-0001 ... server HOST-0001 OK"),
     ("36 22 0:60 / /mnt/share rw - cifs //fs01/share rw",
-     "36 22 0:60 / /mnt/share rw - cifs //HOST-0001/share rw"),
+     "36 22 0:60 / /MNT-0001 rw - cifs //HOST-0001/share rw"),  # a mountpoint outside the FHS too
     # NVMe: the NQN carries the serial glued to the vendor id; a wwid without EUI carries it hex-encoded
     ('"SerialNumber": "S4EWNX0R123456A",\n'
      '"SubsystemNQN": "nqn.2014.08.org.nvmexpress:144d144dS4EWNX0R123456A"',
@@ -256,7 +256,8 @@ def test_bundle_redaction_is_consistent_across_files_manifest_and_paths() -> Non
     assert red.files["commands/raw.bin"] == server_bundle().files["commands/raw.bin"]
     assert red.info.redaction is not None
     assert red.info.redaction.not_redacted == ["commands/raw.bin"]
-    assert red.info.redaction.kinds == ["hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address"]
+    assert red.info.redaction.kinds == ["hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address",
+                                        "uuid", "partuuid", "label", "mountpoint"]
     masked = {k: (m.values, m.occurrences) for k, m in red.info.redaction.masked.items()}
     assert masked["hostname"] == (1, 5)  # topology, status file, its origin, manifest host, a failure
     assert set(masked) == {"hostname", "serial", "wwn"}

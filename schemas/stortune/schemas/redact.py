@@ -1,5 +1,6 @@
 """Redaction of a diagnostics bundle: hostnames, IP and MAC addresses, serial numbers, WWNs,
-loop devices' backing files, boot ids and the agent's address.
+loop devices' backing files, boot ids, the agent's address, filesystem UUIDs, partition
+UUIDs, filesystem and partition labels and mountpoints other than the standard ones.
 
 Pure: text in, text out. ``Redactor.redact(bundle)`` makes two passes over
 every text file, the file paths and the manifest data:
@@ -13,9 +14,13 @@ every text file, the file paths and the manifest data:
    (naa./eui. ids, 0x5.../0x21..., colon-separated and multipath wwids, bare WWNs after a
    word naming them such as ``nn``, ``pn`` or ``Path``, IPv4, IPv6, MACs); a bare run of
    hex digits is not a WWN by itself: the topology hash and other digests stay;
+   filesystem ids under lsblk/blkid keys (``uuid``, ``partuuid``, ``label``, ``mountpoint``,
+   ``UUID="..."``), in ``/dev/disk/by-*`` links, the kernel's "mounted filesystem <uuid>"
+   and the mountpoints of mountinfo;
 2. replace: one regular expression per text, so a value becomes the same
    token in every file, the longest known value wins over its substrings, and
-   a token is never read again (redacting twice changes nothing).
+   a token is never read again (redacting twice changes nothing). Only a whole value that
+   *is* a token is taken for one: ``/srv/HOST-2024/acme.img`` is a path to mask.
 
 A value's token is keyed by a canonical form: ``naa.5000c500a1b2c3d4``,
 ``0x5000C500A1B2C3D4`` and the multipath wwid ``35000c500a1b2c3d4`` are all
@@ -26,9 +31,10 @@ WWN-0001, and their prefixes stay (``naa.WWN-0001``, ``0xWWN-0001``,
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
 from typing import Final, Literal, TypeAlias
 
@@ -37,15 +43,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stortune.schemas.bundle import Bundle, BundleInfo, MaskedKind, RedactionSummary
 from stortune.schemas.topology import Topology
 
-Kind = Literal["hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address"]
-KINDS: tuple[Kind, ...] = ("hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address")
+Kind = Literal["hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address",
+               "uuid", "partuuid", "label", "mountpoint"]
+KINDS: tuple[Kind, ...] = ("hostname", "ip", "mac", "serial", "wwn", "path", "bootid", "address",
+                           "uuid", "partuuid", "label", "mountpoint")
 _TOKEN_PREFIX: dict[Kind, str] = {
     "hostname": "HOST", "ip": "IP", "mac": "MAC", "serial": "SERIAL", "wwn": "WWN",
     # a loop device's backing file names a user, a project, a customer; a boot id and the
     # agent's HOST:PORT single out one machine as surely as its hostname
     "path": "PATH", "bootid": "BOOT", "address": "ADDR",
+    # a filesystem's or partition's UUID is unique to one disk; labels and mountpoints name
+    # customers and projects (/srv/acme, "acme-data")
+    "uuid": "UUID", "partuuid": "PARTUUID", "label": "LABEL", "mountpoint": "MNT",
 }
-TOKEN = re.compile(r"(?:HOST|IP|MAC|SERIAL|WWN|PATH|BOOT|ADDR)-\d{4,}(?!\d)")
+#: What a token starts with; longest first so that PARTUUID is not read as something shorter.
+TOKEN_PREFIXES: tuple[str, ...] = tuple(sorted(_TOKEN_PREFIX.values(), key=len, reverse=True))
+TOKEN = re.compile(rf"(?:{'|'.join(TOKEN_PREFIXES)})-\d{{4,}}(?!\d)")
 MAP_FORMAT: Final = "stortune-redaction-map/1"
 TOPOLOGY_FILE = "topology.json"
 
@@ -105,6 +118,60 @@ def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return None if addr.is_loopback or addr.is_unspecified else addr
 
 
+# -- filesystem identifiers -----------------------------------------------------------
+
+_MD_UUID = re.compile(r"[0-9a-f]{8}(?::[0-9a-f]{8}){3}")  # mdadm's spelling of an array's UUID
+# vfat/exfat volume ids, NTFS serials, LVM2 PV/VG ids: under a uuid key only
+_OTHER_FS_UUID = re.compile(r"[0-9a-f]{4}-[0-9a-f]{4}|[0-9a-f]{16}"
+                            r"|[0-9a-z]{6}(?:-[0-9a-z]{4}){5}-[0-9a-z]{6}")
+_DOS_PARTUUID = re.compile(r"[0-9a-f]{8}(?:-[0-9a-f]{2})?")  # an MBR disk id, and its partitions'
+#: Labels partitioning and imaging tools give by default: they name no customer.
+_COMMON_LABELS = frozenset({
+    "root", "rootfs", "boot", "efi", "esp", "uefi", "efi system partition", "efi-system", "swap",
+    "home", "var", "tmp", "data", "system", "recovery", "primary", "logical", "extended",
+    "cloudimg-rootfs", "img-rootfs", "config-2", "cidata", "linux filesystem", "linux swap",
+    "bios boot partition", "basic data partition", "microsoft reserved partition"})
+#: Mountpoints of the FHS and of the kernel's own filesystems: they say nothing of the customer.
+# (S108: names to keep, not files to open)
+_STANDARD_MOUNTS = frozenset({
+    "/", "/boot", "/boot/efi", "/efi", "/home", "/root", "/var", "/var/log", "/var/tmp",  # noqa: S108
+    "/var/lib", "/var/cache", "/var/spool", "/tmp", "/usr", "/usr/local", "/opt", "/srv",  # noqa: S108
+    "/mnt", "/media", "/run", "/run/lock", "/dev", "/dev/shm", "/dev/pts", "/dev/mqueue",  # noqa: S108
+    "/dev/hugepages", "/proc", "/sys"})
+
+
+def _uuid_key(value: str) -> str | None:
+    """The 32 hex digits of an RFC 4122 or mdadm-spelled UUID, lower case; None otherwise or nil."""
+    v = value.lower()
+    if not (_BOOT_ID.fullmatch(v) or _MD_UUID.fullmatch(v)):
+        return None
+    key = re.sub(r"[-:]", "", v)
+    return key if key.strip("0") else None  # the nil UUID (no UUID at all) identifies nothing
+
+
+def _unescape(value: str) -> str:
+    """mountinfo's octal (``\\040``) and udev's hex (``\\x20``) escapes undone."""
+    value = re.sub(r"\\([0-3][0-7]{2})", lambda m: chr(int(m[1], 8)), value)
+    return re.sub(r"\\x([0-9a-fA-F]{2})", lambda m: chr(int(m[1], 16)), value)
+
+
+def _octal(text: str) -> str:
+    """As mountinfo prints a path: space, tab, newline and backslash octal-escaped."""
+    return "".join(f"\\{ord(c):03o}" if c in " \t\n\\" else c for c in text)
+
+
+def _udev(text: str) -> str:
+    """As udev names a /dev/disk/by-label link: what is not plain ASCII or UTF-8 as \\xNN."""
+    return "".join(c if not c.isascii() or c.isalnum() or c in "#+-.:=@_"
+                   else "".join(f"\\x{b:02x}" for b in c.encode()) for c in text)
+
+
+def _spellings(text: str) -> set[str]:
+    """A name as the tools print it: raw, JSON-escaped (both ways), mountinfo- and udev-escaped."""
+    return {text, json.dumps(text)[1:-1], json.dumps(text, ensure_ascii=False)[1:-1], _octal(text),
+            _udev(text), _octal(_udev(text))}
+
+
 # -- patterns -------------------------------------------------------------------
 
 _H = "[0-9A-Fa-f]"
@@ -149,13 +216,37 @@ _GENERIC_FIRST = '0-9A-Fa-f:"nN'
 _GENERIC_RE = re.compile(f"(?=[{_GENERIC_FIRST}])(?:"
                          + "|".join(f"(?P<{name}>{pattern})" for name, pattern in _GENERIC) + ")")
 
-_JSON_PAIR = re.compile(r'"(?P<k>[A-Za-z][A-Za-z0-9 _()./-]{0,48})"\s*:\s*"(?P<v>[^"\\\r\n]{1,200})"')
+# a JSON string value with its escapes (a label "acme \"prod\"", a mountpoint in \u00e9)
+_JSON_PAIR = re.compile(r'"(?P<k>[A-Za-z][A-Za-z0-9 _()./-]{0,48})"\s*:\s*"(?P<v>(?:[^"\\\r\n]|\\.){1,256})"')
+# lsblk -O lists every mountpoint of a device
+_JSON_LIST = re.compile(r'"(?P<k>mountpoints)"\s*:\s*\[(?P<items>[^\]]{0,8192})\]')
+_JSON_STRING = re.compile(r'"(?P<v>(?:[^"\\\r\n]|\\.){1,4096})"')
+# blkid's LABEL="..." UUID="..." and the unquoted UUID=... of blkid -o export, fstab, a command line
+_ASSIGN = re.compile(r'(?<![A-Za-z0-9_])(?P<k>(?i:PARTUUID|PTUUID|UUID_SUB|UUID|PARTLABEL|LABEL))='
+                     r'(?:"(?P<q>(?:[^"\\\r\n]|\\.){1,256})"|(?P<v>[^\s"]{1,256}))')
+# what names a filesystem in a link or a kernel message: /dev/disk/by-label/acme\x20data,
+# "EXT4-fs (vda1): mounted filesystem <uuid>", XFS' "Mounting V5 Filesystem <uuid>",
+# btrfs' "device fsid <uuid>" and "device label <label> devid"
+_BY_LINK = re.compile(r"/dev/disk/by-(?P<by>uuid|partuuid|label|partlabel)/(?P<v>[^\s\"',;]{1,256})")
+_FS_MESSAGE = re.compile(r"(?i:\b(?:file ?system|fsid)) "
+                         r"(?P<uuid>[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12})(?![0-9A-Za-z])"
+                         r"|\bdevice label (?P<label>\S[^\r\n]{0,254}?) devid \d")
+_MOUNTINFO = re.compile(r"^\d+ \d+ \d+:\d+ \S+ (?P<mnt>/\S*) ", re.M)
 _TEXT_PAIR = re.compile(
     r"^[ \t]*(?P<k>[A-Za-z][A-Za-z0-9 _()./-]{0,48}?)[ \t]*[:=][ \t]*(?P<v>[^\r\n]*?)[ \t]*$", re.M)
 _NETFS = re.compile(r" - (?:nfs4?|cifs|smb3|smbfs|glusterfs|ceph|9p) (?P<src>\S+)")
 _SERIAL_KEYS = frozenset({"serial", "sn", "serialno", "serialnum"})
 _WWN_KEYS = frozenset({"wwn", "wwid", "wwnn", "wwpn", "portname", "luwwndeviceid", "logicalunitid"})
 _PATH_KEYS = frozenset({"backfile", "backingfile"})  # lsblk/losetup's BACK-FILE, sysfs' backing_file
+# lsblk's and blkid's names (and udev's) for filesystem and partition ids
+_FS_KEYS: dict[str, Kind] = {
+    "uuid": "uuid", "fsuuid": "uuid", "uuidsub": "uuid", "idfsuuid": "uuid",
+    "partuuid": "partuuid", "ptuuid": "partuuid",
+    "idpartentryuuid": "partuuid", "idparttableuuid": "partuuid",
+    "label": "label", "partlabel": "label", "fslabel": "label",
+    "mountpoint": "mountpoint", "mountpoints": "mountpoint",
+}
+_BY_KIND: dict[str, Kind] = {"uuid": "uuid", "partuuid": "partuuid", "label": "label", "partlabel": "label"}
 _WWN_WORDS = ("wwn", "wwpn", "wwid")
 
 
@@ -166,6 +257,8 @@ def _key_kind(key: str, value: str) -> Kind | None:
         return "bootid"
     if k in _PATH_KEYS:
         return "path"
+    if k in _FS_KEYS:
+        return _FS_KEYS[k]
     if k in _SERIAL_KEYS or k.endswith("serialnumber"):
         return "serial"
     # "Port WWN", "fc_wwpn", "Logical Unit WWN Device Identifier" name one too; the value is masked
@@ -206,6 +299,15 @@ def _trie_pattern(words: Iterable[str]) -> str:
 def _continues_dotted(text: str, end: int) -> bool:
     """'vm' in 'vm.dirty_ratio' is a sysctl, not the host: a known FQDN is matched whole instead."""
     return end + 1 < len(text) and text[end] == "." and (text[end + 1].isalnum() or text[end + 1] == "_")
+
+
+def _json_string(escaped: str) -> str:
+    """A JSON string's value from its text between the quotes (the text itself if it is not one)."""
+    try:
+        value = json.loads(f'"{escaped}"')
+    except ValueError:
+        return escaped
+    return value if isinstance(value, str) else escaped
 
 
 def _strings(node: object) -> list[str]:
@@ -337,20 +439,44 @@ class Redactor:
                 hit = self._generic(m)
                 if hit is not None:
                     self.add(hit[0], hit[2])
-            for pattern in (_JSON_PAIR, _TEXT_PAIR):
-                for m in pattern.finditer(text):
-                    value = m["v"]
-                    kind = _key_kind(m["k"], value)
-                    if kind is not None and not TOKEN.search(value):
-                        self.add(kind, value)
+            for key, value in self._pairs(text):
+                kind = _key_kind(key, value)
+                if kind is not None:
+                    self.add(kind, value)
             for m in _NETFS.finditer(text):
                 self._netfs(m["src"])
+            self._filesystems(text)
         # FQDNs of known hosts last, when every host is known
         for text in texts:
             fqdn = self._fqdn_pattern()
             if fqdn is not None:
                 for m in fqdn.finditer(text):
                     self.add("hostname", m.group())
+
+    @staticmethod
+    def _pairs(text: str) -> Iterator[tuple[str, str]]:
+        """(key, value) as JSON, ``Key: value`` text and blkid's ``KEY="value"`` print them."""
+        for m in _JSON_PAIR.finditer(text):
+            yield m["k"], _json_string(m["v"])
+        for m in _JSON_LIST.finditer(text):
+            for item in _JSON_STRING.finditer(m["items"]):
+                yield m["k"], _json_string(item["v"])
+        for m in _TEXT_PAIR.finditer(text):
+            yield m["k"], m["v"]
+        for m in _ASSIGN.finditer(text):
+            yield m["k"], re.sub(r"\\(.)", r"\1", m["q"]) if m["q"] is not None else m["v"]
+
+    def _filesystems(self, text: str) -> None:
+        """Filesystem ids in /dev/disk/by-* links and kernel messages; mountinfo's mountpoints."""
+        for m in _BY_LINK.finditer(text):
+            self.add(_BY_KIND[m["by"]], _unescape(m["v"]))
+        for m in _FS_MESSAGE.finditer(text):
+            if m["uuid"]:
+                self.add("uuid", m["uuid"])
+            else:
+                self.add("label", m["label"])
+        for m in _MOUNTINFO.finditer(text):
+            self.add("mountpoint", _unescape(m["mnt"]))
 
     def _netfs(self, source: str) -> None:
         """The server of an NFS (host:/path) or CIFS (//host/share) mount."""
@@ -372,19 +498,36 @@ class Redactor:
 
     # -- pass 2: replacement ------------------------------------------------------------
     def _replace(self, text: str) -> str:
-        return self._compiled().sub(self._substitute, text)
+        pattern, out, pos = self._compiled(), [], 0
+        while (m := pattern.search(text, pos)) is not None:
+            start, end = m.span()
+            token = TOKEN.match(text, start) if m.lastgroup in ("long", "short") else None
+            if token is not None and token.end() >= end:
+                # a known value no longer than the token it starts (host "boot", BOOT-0001): the
+                # token stays whole, so redacting twice changes nothing; a longer one (a label
+                # "HOST-2024 acme") is that value, and masked
+                out += [text[pos:start], token.group()]
+                pos = token.end()
+            else:
+                out += [text[pos:start], self._substitute(m)]
+                pos = max(end, start + 1)
+        out.append(text[pos:])
+        return "".join(out)
 
     def _compiled(self) -> re.Pattern[str]:
         if self._pattern is None:
             long_ = [w for w in self._literals if w not in self._bounded]
-            alts = [f"(?P<token>{TOKEN.pattern})", f"(?P<wwnobj>{_GENERIC[0][1]})"]
+            # known values before tokens: a value may start with a token-shaped part
+            alts = [f"(?P<wwnobj>{_GENERIC[0][1]})"]
             if long_:
                 alts.append(f"(?P<long>(?i:{_trie_pattern(long_)}))")
             if self._bounded:
                 alts.append(f"(?P<short>(?<![A-Za-z0-9])(?i:{_trie_pattern(self._bounded)})(?![A-Za-z0-9]))")
+            alts.append(f"(?P<token>{TOKEN.pattern})")
             alts += [f"(?P<{name}>{pattern})" for name, pattern in _GENERIC[1:]]
             first = {c for w in self._literals for c in (w[0].lower(), w[0].upper())}
-            starts = _GENERIC_FIRST + "HIMSWPBA" + re.escape("".join(sorted(first)))
+            firsts = "".join(sorted({p[0] for p in TOKEN_PREFIXES}))
+            starts = _GENERIC_FIRST + firsts + re.escape("".join(sorted(first)))
             self._pattern = re.compile(f"(?=[{starts}])(?:{'|'.join(alts)})")
         return self._pattern
 
@@ -397,7 +540,9 @@ class Redactor:
             kind, key = self._literals[text.lower()]
             if kind == "hostname" and _continues_dotted(m.string, m.end()):
                 return text
-            return self._use(kind, key)
+            token = self._use(kind, key)
+            # a masked mountpoint stays an absolute path (/MNT-0001), as the topology wants one
+            return f"/{token}" if kind == "mountpoint" else token
         hit = self._generic(m)
         if hit is None:
             return text
@@ -430,7 +575,9 @@ class Redactor:
     def _canonical(self, kind: Kind, value: str) -> tuple[Kind, str, str] | None:
         """(kind, key, original): the key is what makes two spellings one value."""
         value = value.strip()
-        if not value or TOKEN.search(value):
+        # only a value that is a token was masked before: one that merely holds a token-shaped
+        # part (/srv/HOST-2024/acme.img) is a value like any other
+        if not value or TOKEN.fullmatch(value):
             return None
         if kind == "hostname":
             if _ip(value) is not None:
@@ -451,6 +598,8 @@ class Redactor:
         if kind == "bootid":
             key = value.lower()
             return ("bootid", key, value) if _BOOT_ID.fullmatch(key) else None
+        if kind in ("uuid", "partuuid", "label", "mountpoint"):
+            return self._filesystem(kind, value)
         if kind in ("path", "address"):
             # a path: absolute and more than "/"; an address: HOST:PORT, loopback ones too
             plain = value.isprintable() and len(value) <= _LITERAL_MAX
@@ -458,6 +607,28 @@ class Redactor:
             return (kind, value, value) if plain and shaped else None
         core = wwn_core(value)
         return None if core is None else ("wwn", core, core)
+
+    @staticmethod
+    def _filesystem(kind: Kind, value: str) -> tuple[Kind, str, str] | None:
+        """A filesystem or partition UUID keyed by its hex digits (mdadm's 8:8:8:8 and lsblk's
+        dashes are one array), a label by its lower case, a mountpoint as it is; standard ones,
+        tools' default labels, labels under 3 characters and the nil UUID stay."""
+        if not value.isprintable() or len(value) > _LITERAL_MAX:
+            return None
+        low = value.lower()
+        if kind in ("uuid", "partuuid"):
+            key = _uuid_key(low)
+            other = _OTHER_FS_UUID if kind == "uuid" else _DOS_PARTUUID
+            if key is None and other.fullmatch(low) and low.strip("0-"):
+                key = low
+            return None if key is None else (kind, key, value)
+        if kind == "label":
+            return None if len(value) < 3 or low in _COMMON_LABELS else ("label", low, value)
+        path = value.rstrip("/") or "/"
+        standard = path in _STANDARD_MOUNTS or path.startswith(("/proc/", "/sys/"))
+        if TOKEN.fullmatch(path[1:]) and path[1:].startswith(_TOKEN_PREFIX["mountpoint"]):
+            return None  # /MNT-0001: how a mountpoint reads once masked
+        return None if standard or not path.startswith("/") else ("mountpoint", path, path)
 
     def _literal_forms(self, kind: Kind, key: str, original: str) -> None:
         """The spellings of a value to find in text that no pattern would recognise."""
@@ -476,7 +647,16 @@ class Redactor:
             forms += [(original, bounded), (original.replace(" ", "_"), bounded)]
             if len(original) >= 8:  # NVMe wwids without an EUI carry the serial hex-encoded
                 forms.append((original.encode().hex(), False))
-        elif kind in ("path", "bootid", "address"):
+        elif kind in ("path", "label", "mountpoint"):
+            forms += [(form, True) for form in sorted(_spellings(original))]
+        elif kind in ("bootid", "address"):
+            forms.append((original, True))
+        elif kind in ("uuid", "partuuid") and len(key) == 32:
+            dashed = "-".join(key[a:b] for a, b in ((0, 8), (8, 12), (12, 16), (16, 20), (20, 32)))
+            forms += [(dashed, False), (key, False)]  # a LUKS dm uuid holds it without dashes
+            if kind == "uuid":
+                forms.append((":".join(key[i:i + 8] for i in range(0, 32, 8)), False))  # mdadm
+        elif kind in ("uuid", "partuuid"):
             forms.append((original, True))
         elif kind == "wwn":
             forms.append((key, False))
