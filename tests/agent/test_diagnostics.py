@@ -173,7 +173,7 @@ def test_fixture_manifest_records_commands_failures_and_missing_tools(tmp_path: 
     assert set(bundle.files) == {
         "topology.json", "proc/mdstat", "proc/diskstats", "proc/partitions", "proc/self/mountinfo",
         "commands/lsblk.json", "commands/smartctl/sda.json", "commands/dmsetup-table.txt",
-        "commands/xfs_info/root.txt", "commands/xfs_info/boot.txt", "commands/xfs_info/srv_video.txt",
+        "commands/xfs_info/sda1.txt", "commands/xfs_info/sda2.txt", "commands/xfs_info/sda3.txt",
         "commands/perccli/call-show-all.json", "commands/perccli/drives-show-all.json",
         "kernel/storage-messages.txt",
     }
@@ -185,7 +185,9 @@ def test_fixture_manifest_records_commands_failures_and_missing_tools(tmp_path: 
     assert by_path["proc/mdstat"] == {
         "path": "proc/mdstat", "source": "file", "origin": f"{fs.procfs}/mdstat", "argv": None,
         "exit_code": None, "duration_seconds": None, "note": None}
-    assert by_path["commands/xfs_info/srv_video.txt"]["argv"][1:] == ["/srv/video"]
+    # named after the device, not the mountpoint: a file name is not redacted away
+    assert {p: by_path[f"commands/xfs_info/{p}.txt"]["argv"][1:] for p in ("sda1", "sda2", "sda3")} == {
+        "sda1": ["/boot"], "sda2": ["/srv/video"], "sda3": ["/"]}
     assert {m["tool"]: m["searched"] for m in manifest["missing"]} == {
         "nvme": ["nvme"], "multipath": ["multipath"], "storcli": ["storcli", "storcli64"]}
     # smartctl cannot see through the PERC: its answer is kept, and its exit status recorded

@@ -82,8 +82,9 @@ def commands(topo: Topology) -> list[Command]:
         Command("multipath", ("multipath",), ("-ll",), "commands/multipath-ll.txt"),
         Command("dmsetup", ("dmsetup",), ("table",), "commands/dmsetup-table.txt"),
     ]
-    for mountpoint, slug in _xfs_mounts(topo):
-        out.append(Command("xfs_info", ("xfs_info",), (mountpoint,), f"commands/xfs_info/{slug}.txt"))
+    for mountpoint, name in _xfs_mounts(topo):
+        out.append(Command("xfs_info", ("xfs_info",), (mountpoint,),
+                           f"commands/xfs_info/{name.replace('!', '_')}.txt"))
     for tool in ("storcli", "perccli"):
         names = (tool, f"{tool}64")
         # controllers, arrays and enclosures; then every drive behind them (serials, media
@@ -96,17 +97,13 @@ def commands(topo: Topology) -> list[Command]:
 
 
 def _xfs_mounts(topo: Topology) -> Iterator[tuple[str, str]]:
-    slugs: set[str] = set()
+    """(a mountpoint, the device) of each device holding a mounted xfs. The file is named after
+    the device, as smartctl's are: a mountpoint (/srv/acme) in a file name would outlive its
+    redaction."""
     for dev in topo.devices:
-        for mount in dev.mounts:
-            if mount.fstype != "xfs":
-                continue
-            slug = re.sub(r"[^A-Za-z0-9._-]", "_", mount.mountpoint.strip("/")) or "root"
-            base, n = slug, 2
-            while slug in slugs:
-                slug, n = f"{base}-{n}", n + 1
-            slugs.add(slug)
-            yield mount.mountpoint, slug
+        mount = next((m for m in dev.mounts if m.fstype == "xfs"), None)
+        if mount is not None:
+            yield mount.mountpoint, dev.name
 
 
 def collect(fs: KernelFS, *, tools: ToolRunner | None = None, now: datetime | None = None) -> Bundle:
