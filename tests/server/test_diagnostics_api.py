@@ -242,3 +242,26 @@ def test_hostile_the_boot_id_and_the_agents_loopback_address_are_masked(
         token = next(r["token"] for r in rows if r["value"] == address)
         looked_up = client.get(f"{API}/redactions", params={"token": token})
     assert looked_up.status_code == 200 and [r["value"] for r in looked_up.json()["items"]] == [address]
+
+
+def test_the_filesystem_tokens_can_be_looked_up(app: FastAPI, admin: Any) -> None:
+    """The streamer's lsblk names filesystem and partition UUIDs, a label (video) and /srv/video:
+    their UUID-, PARTUUID-, LABEL- and MNT- tokens are taken by ?token= like the others (a 422
+    when the route knew only the first kinds)."""
+    response = admin.get(f"{API}/hosts/{HOST}/diagnostics")
+    assert response.status_code == 200, response.text
+    assert leaks(archive(response.content), {"video"}) == []
+    rows = admin.get(f"{API}/redactions", params={"host": HOST}).json()["items"]
+    first = {}
+    for row in rows:
+        first.setdefault(row["kind"], row)
+    assert {"uuid", "partuuid", "label", "mountpoint"} <= set(first)
+    assert first["label"]["value"] == "video" and first["mountpoint"]["value"] == "/srv/video"
+    for kind in ("uuid", "partuuid", "label", "mountpoint"):
+        token = first[kind]["token"]
+        looked_up = admin.get(f"{API}/redactions", params={"token": token})
+        assert looked_up.status_code == 200, (kind, looked_up.text)
+        assert [r["value"] for r in looked_up.json()["items"]] == [first[kind]["value"]]
+    for bad in ("MNT-1", "UUID-0001x", "LABEL0001"):
+        refused = admin.get(f"{API}/redactions", params={"token": bad})
+        assert refused.status_code == 422 and "token" in refused.text, bad

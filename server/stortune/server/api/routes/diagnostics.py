@@ -19,6 +19,7 @@ from pydantic import StringConstraints
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.schemas.bundle import BundleError, pack
+from stortune.schemas.redact import TOKEN_PREFIXES
 from stortune.server.agentclient import AgentClientFactory, AgentError
 from stortune.server.api.audit import audited
 from stortune.server.api.deps import NowDep, SessionDep, SettingsDep
@@ -102,9 +103,10 @@ async def download_diagnostics(
     })
 
 
-#: What a redacted bundle holds in place of a value: HOST-0001, WWN-0042...
+#: What a redacted bundle holds in place of a value: HOST-0001, WWN-0042, MNT-0003... (every kind
+#: the redactor has, from its own list)
 RedactionToken = Annotated[str, StringConstraints(
-    pattern=r"^(HOST|IP|MAC|SERIAL|WWN|PATH|BOOT|ADDR)-[0-9]{4,12}$")]
+    pattern=rf"^(?:{'|'.join(TOKEN_PREFIXES)})-[0-9]{{4,12}}$")]
 
 
 @router.get("/redactions")
