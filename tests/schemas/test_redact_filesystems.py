@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from stortune.schemas.bundle import Bundle, BundleInfo
-from stortune.schemas.redact import TOKEN, RedactionMapping, Redactor, redact
+from stortune.schemas.redact import TOKEN, Kind, RedactionMapping, Redactor, redact
 from stortune.schemas.topology import Device, DeviceKind, Mount, Topology
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "redact_fs"
@@ -116,7 +116,7 @@ def test_standard_mountpoints_default_labels_and_the_nil_uuid_stay() -> None:
     assert not originals & {"/", "/boot/efi", "/var", "UEFI", "cloudimg-rootfs", "Ω"}
 
 
-def token_of(mapping: RedactionMapping, kind: str, original: str) -> str:
+def token_of(mapping: RedactionMapping, kind: Kind, original: str) -> str:
     (token,) = [t for t, v in mapping.values[kind].items() if v.lower() == original.lower()]
     return token
 
@@ -166,5 +166,5 @@ def test_redacting_twice_changes_nothing() -> None:
     ("partuuid", "not-a-uuid"), ("label", "ab"), ("label", "EFI System Partition"),
     ("mountpoint", "/boot/efi/"), ("mountpoint", "/proc/sys/fs/binfmt_misc"), ("mountpoint", "relative"),
 ])
-def test_what_is_not_an_identifier_of_its_kind_is_not_masked(kind: str, value: str) -> None:
-    assert Redactor().add(kind, value) is None  # type: ignore[arg-type]
+def test_what_is_not_an_identifier_of_its_kind_is_not_masked(kind: Kind, value: str) -> None:
+    assert Redactor().add(kind, value) is None
