@@ -168,3 +168,17 @@ def test_redacting_twice_changes_nothing() -> None:
 ])
 def test_what_is_not_an_identifier_of_its_kind_is_not_masked(kind: Kind, value: str) -> None:
     assert Redactor().add(kind, value) is None
+
+
+def test_hostile_a_host_named_like_a_standard_directory_redacts_to_a_fixed_point() -> None:
+    """Host "srv" is masked in /srv (a word is a word): the second redaction must not take the
+    /HOST-0001 that leaves for a mountpoint of its own, with the mapping or without."""
+    b = Bundle(info=BundleInfo(collector="t", created=NOW, host="srv"))
+    b.add("proc/self/mountinfo", "40 27 252:33 / /srv rw,relatime - xfs /dev/vdc1 rw\n"
+          "41 27 252:34 / /var/lib rw,relatime - xfs /dev/vdc2 rw\n", source="file", origin="mountinfo")
+    red, mapping = redact(b, known=[("hostname", "srv"), ("hostname", "lib")])
+    assert texts(red)["proc/self/mountinfo"].splitlines()[0].split()[4] == "/HOST-0001"
+    assert texts(red)["proc/self/mountinfo"].splitlines()[1].split()[4] == "/var/HOST-0002"
+    assert "mountpoint" not in mapping.values
+    assert redact(red)[0].files == red.files
+    assert redact(red, mapping=mapping)[0].files == red.files

@@ -625,10 +625,12 @@ class Redactor:
         if kind == "label":
             return None if len(value) < 3 or low in _COMMON_LABELS else ("label", low, value)
         path = value.rstrip("/") or "/"
+        parent, _, last = path.rpartition("/")
+        # /MNT-0001 is a masked mountpoint; /HOST-0001 or /var/HOST-0001 a standard one whose name
+        # is also a host's: both read so only once redacted
+        redacted = TOKEN.fullmatch(last) is not None and (parent or "/") in _STANDARD_MOUNTS
         standard = path in _STANDARD_MOUNTS or path.startswith(("/proc/", "/sys/"))
-        if TOKEN.fullmatch(path[1:]) and path[1:].startswith(_TOKEN_PREFIX["mountpoint"]):
-            return None  # /MNT-0001: how a mountpoint reads once masked
-        return None if standard or not path.startswith("/") else ("mountpoint", path, path)
+        return None if standard or redacted or not path.startswith("/") else ("mountpoint", path, path)
 
     def _literal_forms(self, kind: Kind, key: str, original: str) -> None:
         """The spellings of a value to find in text that no pattern would recognise."""
