@@ -285,3 +285,29 @@ def test_help_documents_the_diff_exit_codes(capsys: pytest.CaptureFixture[str]) 
     assert "1  error" in text
     assert "2  differences found" in text
     assert main(["frobnicate"]) == 1  # usage errors are errors (1), never diff's 2
+
+
+def test_hostile_describe_host_shows_the_protected_devices_escaped(
+        stortune: Run, fleet: ControlPlane) -> None:
+    """What the agent reports protected is shown with its reason; a reason is printable to the
+    server (no C0 control) but may hold a bidirectional override, shown escaped."""
+    from stortune.schemas.topology import Device, DeviceKind, Topology
+
+    zram = Device(name="zram0", kind=DeviceKind.ZRAM, id="name:zram0")
+    topology = Topology(hostname="swap-1", devices=[zram]).model_dump(mode="json")
+    topology["protected"] = [{"name": "zram0", "id": "name:zram0",
+                              "reason": "zram0 backs swap (/dev/zram0)\u202e"}]
+    body = {"name": "swap-1", "address": "127.0.0.1:9", "labels": {}, "topology": topology,
+            "facts": {"kernel": "6.1.0", "agent_version": "0.1.0", "boot_id": "boot-1"}}
+    with fleet.http() as http:
+        assert http.post("/agents/register", json=body).status_code == 200
+    out = stortune("describe", "host", "swap-1").out
+    section = out.split("Protected devices (no experiment, benchmark or probe; the agent decides):\n")[1]
+    assert section.splitlines()[1].split(None, 1) == ["zram0", "zram0 backs swap (/dev/zram0)\\u202e"]
+    assert "\u202e" not in out
+    # an older agent's topology, and a host with none yet: not reported, which is not "none"
+    for older in ("web-1", "db-1"):
+        shown = stortune("describe", "host", older)
+        assert shown.code == 0, shown.err
+        assert "Protected devices (no experiment, benchmark or probe; the agent decides):\n"\
+               "  <not reported by this host's agent>\n" in shown.out

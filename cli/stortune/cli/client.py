@@ -295,6 +295,24 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class Protected:
+    """A device the host's agent refuses to experiments, benchmarks and probes, and why."""
+
+    device: str
+    id: str
+    reason: str
+
+    @classmethod
+    def of_topology(cls, data: Any) -> list[Protected] | None:
+        """From a reported topology; None: none reported yet, or an agent too old to report them."""
+        entries = _dict(data).get("protected")
+        if not isinstance(entries, list):
+            return None
+        return [cls(_str(e.get("name")), _str(e.get("id")), _str(e.get("reason")))
+                for e in entries if isinstance(e, dict)]
+
+
+@dataclass(frozen=True)
 class Event:
     type: str
     reason: str
@@ -635,6 +653,15 @@ class Client:
                                      timeout=timeout)
         match = re.search(r'filename="([^"/\\]+)"', response.headers.get("content-disposition", ""))
         return response.content, match.group(1) if match else None
+
+    def get_host_protected(self, name: str) -> list[Protected] | None:
+        """The devices the host's agent protects, from the topology it last reported."""
+        with _naming("Host", name):
+            response = self._request("GET", _path("hosts", name, "topology"))
+        try:
+            return Protected.of_topology(response.json())  # null: no topology reported yet
+        except ValueError:
+            return None
 
     def get_host_lease(self, name: str) -> Lease:
         with _naming("Host", name):

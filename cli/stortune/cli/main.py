@@ -421,7 +421,7 @@ def _describe(args: argparse.Namespace, client: Client, out: Output) -> int:
     host = client.get_host(args.name)
     lease = client.get_host_lease(host.name)
     events = client.list_events(host=host.name, limit=20).items
-    render.describe_host(out, host, events, lease)
+    render.describe_host(out, host, events, lease, client.get_host_protected(host.name))
     return EXIT_OK
 
 

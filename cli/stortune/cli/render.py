@@ -37,6 +37,7 @@ from stortune.cli.client import (
     PlannedRejection,
     PlannedRestoration,
     Profile,
+    Protected,
     Token,
     Value,
 )
@@ -305,7 +306,8 @@ def token_rows(tokens: Sequence[Token], now: datetime | None = None) -> tuple[li
 # describe host -------------------------------------------------------------------
 
 
-def describe_host(out: Output, host: Host, events: Sequence[Event], lease: Lease | None = None) -> None:
+def describe_host(out: Output, host: Host, events: Sequence[Event], lease: Lease | None = None,
+                  protected: Sequence[Protected] | None = None) -> None:
     def field(name: str, text: str) -> None:
         out.line(f"{name + ':' if name else '':<16}{text}")
 
@@ -347,6 +349,12 @@ def describe_host(out: Output, host: Host, events: Sequence[Event], lease: Lease
             out.line(f"  {name} (generation {generation} refused by the agent)", "red")
     else:
         out.line("  <none>")
+
+    out.line("Protected devices (no experiment, benchmark or probe; the agent decides):")
+    if protected:
+        out.table(["DEVICE", "REASON"], [[p.device, p.reason] for p in protected], indent=2)
+    else:
+        out.line("  <none>" if protected is not None else "  <not reported by this host's agent>")
 
     out.line("Settings (desired vs observed):")
     if host.devices:
