@@ -93,29 +93,21 @@ def store(session: Session, exp: TuningExperiment, experiment_id: str, profile: 
     """Create or replace the result as the experiment's creator, audited; checked again first."""
     created_by = session.scalar(select(Experiment.created_by).where(Experiment.id == experiment_id)) or ""
     who, gone = creator(session, created_by)
-    row = session.get(Profile, profile.name)
-    cause = Cause("", gone) if gone else result_conflict(row, exp, experiment_id)
-    version = None if row is None else row.resource_version
-    session.rollback()  # end the reads: the write below starts its own transaction
-    path, method = f"/api/v1/profiles/{profile.name}", "POST" if version is None else "PUT"
-    code = 403 if gone else 409
-    if cause is None:
-        # The version read is the precondition: a profile changed since is not overwritten.
-        meta = profile.metadata.model_copy(update={
-            "annotations": {**profile.metadata.annotations, RESULT_OF: experiment_id},
-            "resourceVersion": None if version is None else str(version)})
-        profile = profile.model_copy(update={"metadata": meta})
-        try:
-            if version is None:
-                profiles.create(session, profile, now)
-                code = 201
-            else:
-                profiles.replace(session, profile.name, profile, now)
-                code = 200
-        except ApiError as exc:  # made or changed since it was read: left as it is
-            session.rollback()
-            cause, code = Cause("spec.result.name", exc.message), exc.code
+    method, code, cause = "POST", 403, Cause("", gone) if gone else None
+    # Two hosts of a fleet may end at once: the one whose write finds the profile just made (or
+    # rewritten) reads it again, and when it is this experiment's own it is rewritten once more;
+    # anything else is left as it is.
+    for _ in range(2 if cause is None else 0):
+        method, code, cause = _write(session, exp, experiment_id, profile, now)
+        if code != 409 or cause is None:
+            break
+        row = session.get(Profile, profile.name)
+        mine = row is not None and row.annotations.get(RESULT_OF) == experiment_id
+        session.rollback()
+        if not mine:
+            break
     if who is not None:
+        path = f"/api/v1/profiles/{profile.name}"
         audit.record(session, audit.Call(principal=who, method=method, path=path,
                                          resource=f"profiles/{profile.name}", code=code,
                                          client=f"experiment {experiment_id}"[:64]), now)
@@ -126,6 +118,31 @@ def store(session: Session, exp: TuningExperiment, experiment_id: str, profile: 
     _event(session, experiment_id, "Warning", "ResultNotStored",
            f"the recommended StorageProfile {profile.name} was not stored: {cause.message}", now=now)
     return Stored(profile.name, cause.message)
+
+
+def _write(session: Session, exp: TuningExperiment, experiment_id: str, profile: StorageProfile,
+           now: datetime) -> tuple[str, int, Cause | None]:
+    """One checked write of the result: (method, status code, why it was not written or None)."""
+    row = session.get(Profile, profile.name)
+    cause = result_conflict(row, exp, experiment_id)
+    version = None if row is None else row.resource_version
+    session.rollback()  # end the reads: the write below starts its own transaction
+    method = "POST" if version is None else "PUT"
+    if cause is not None:
+        return method, 409, cause
+    # The version read is the precondition: a profile changed since is not overwritten.
+    meta = profile.metadata.model_copy(update={
+        "annotations": {**profile.metadata.annotations, RESULT_OF: experiment_id},
+        "resourceVersion": None if version is None else str(version)})
+    try:
+        if version is None:
+            profiles.create(session, profile.model_copy(update={"metadata": meta}), now)
+            return method, 201, None
+        profiles.replace(session, profile.name, profile.model_copy(update={"metadata": meta}), now)
+        return method, 200, None
+    except ApiError as exc:  # made or changed since it was read: left as it is
+        session.rollback()
+        return method, exc.code, Cause("spec.result.name", exc.message)
 
 
 def _event(session: Session, experiment_id: str, type: events.EventType, reason: str, message: str, *,
