@@ -48,10 +48,12 @@ def test_the_table_shows_who_did_what_newest_first(stortune: Run, history: dict[
     header, *lines = done.out.splitlines()
     assert header.split() == HEADERS
     cells = [line.split() for line in lines]
-    # newest first: the failed delete, the refused apply, the label, the apply (then the registration)
-    assert [c[4:8] for c in cells[:4]] == [["operator", "DELETE", "profiles/missing", "404"],
+    # newest first: the failed delete, the refused apply, the label, the apply's question for the
+    # errors of the hosts it selects, the apply (then the registration)
+    assert [c[4:8] for c in cells[:5]] == [["operator", "DELETE", "profiles/missing", "404"],
                                            ["viewer", "POST", "profiles", "403"],
                                            ["operator", "PATCH", "hosts/web-1/labels", "200"],
+                                           ["operator", "POST", "plans", "200"],
                                            ["operator", "POST", "profiles/vod", "201"]]
     assert cells[0][2:4] == ["alice", f"({history['alice']})"]
     assert cells[0][0].count("-") == 2 and cells[0][1].endswith("Z")  # an absolute UTC time
