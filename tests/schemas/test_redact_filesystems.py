@@ -182,3 +182,17 @@ def test_hostile_a_host_named_like_a_standard_directory_redacts_to_a_fixed_point
     assert "mountpoint" not in mapping.values
     assert redact(red)[0].files == red.files
     assert redact(red, mapping=mapping)[0].files == red.files
+
+
+def test_hostile_a_path_as_long_as_linux_allows_and_mounts_nested_deep_are_masked() -> None:
+    """A mountpoint or backing file of 4000 characters made the literal trie recurse once per
+    character (RecursionError, a 500); 300 mounts each inside the last nest its groups as deep."""
+    long_mount = "/srv/" + "/".join(["customer-acme"] * 285)  # 4 + 285 * 14 characters
+    nested = ["/srv" + "/d" * n for n in range(1, 301)]
+    lines = [f"{40 + i} 27 0:{50 + i} / {m} rw - tmpfs tmpfs rw" for i, m in enumerate([long_mount, *nested])]
+    r = Redactor()
+    out = r.redact_text("\n".join(lines) + f"\nback-file: {long_mount}.img\n")
+    assert "customer-acme" not in out and "/d/d" not in out
+    assert [ln.split()[4] for ln in out.splitlines()[:3]] == ["/MNT-0001", "/MNT-0002", "/MNT-0003"]
+    assert out.splitlines()[-1] == "back-file: PATH-0001"
+    assert r.redact_text(out) == out

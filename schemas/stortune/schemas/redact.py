@@ -273,25 +273,56 @@ def _key_kind(key: str, value: str) -> Kind | None:
 _Trie: TypeAlias = dict[str, "_Trie"]
 
 
+#: Groups a literal trie may nest: the regex compiler and emit() recurse once per level.
+_TRIE_DEPTH = 64
+
+
+def _chain(node: _Trie) -> tuple[str, _Trie]:
+    """The characters of a run of single-child nodes, and the node where it branches or ends."""
+    run = []
+    while len(node) == 1 and "" not in node:
+        ((ch, node),) = node.items()
+        run.append(ch)
+    return "".join(run), node
+
+
+def _nesting(root: _Trie) -> int:
+    """How deep the groups of ``root``'s pattern nest: one level per branch or end of a word."""
+    deepest, stack = 0, [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        _, node = _chain(node)
+        deepest = max(deepest, depth + 1)
+        stack += [(child, depth + 1) for ch, child in node.items() if ch]
+    return deepest
+
+
 def _trie_pattern(words: Iterable[str]) -> str:
     """One regex for many literals that costs one character test per level, not one per word.
 
     An optional tail is greedy, so the longest literal is tried first and a
-    shorter one only when the longer cannot match (or fails its boundary).
+    shorter one only when the longer cannot match (or fails its boundary). Runs
+    without a branch are one string, so a 4096-character path is one level, not 4096.
     """
+    words = list(words)
     root: _Trie = {}
     for word in words:
         node = root
         for ch in word:
             node = node.setdefault(ch, {})
         node[""] = {}
+    if _nesting(root) > _TRIE_DEPTH:
+        # values each a prefix of the next, nested deeper than the compiler goes: one flat
+        # alternation, longest first, slower per position but the same matches
+        return "(?:" + "|".join(re.escape(w) for w in sorted(set(words), key=len, reverse=True)) + ")"
 
     def emit(node: _Trie) -> str:
+        run, node = _chain(node)
         branches = [re.escape(ch) + emit(child) for ch, child in sorted(node.items()) if ch]
         if not branches:
-            return ""
+            return re.escape(run)
         body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
-        return f"(?:{body})?" if "" in node else body
+        return re.escape(run) + (f"(?:{body})?" if "" in node else body)
 
     return emit(root)
 
