@@ -54,7 +54,8 @@ def summary(bundle: Bundle, target: Path, mapping: Path | None) -> list[str]:
     lines += [f"  failed: {f.what}: {f.reason}" for f in info.failed]
     lines += [f"  not installed: {m.tool}" for m in info.missing]
     if info.redaction is None:
-        lines.append("NOT redacted: hostnames, addresses, serials and WWNs are in clear text")
+        lines.append("NOT redacted: hostnames, addresses, serials, WWNs, filesystem UUIDs, labels and"
+                     " mountpoints are in clear text")
     else:
         masked = ", ".join(f"{kind} {m.values}" for kind, m in info.redaction.masked.items()) or "nothing"
         lines.append(f"redacted ({masked})")
