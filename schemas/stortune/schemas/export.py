@@ -14,12 +14,15 @@ from pydantic import BaseModel
 
 from stortune.schemas.bench.spec import BenchmarkSpec
 from stortune.schemas.profile import StorageProfile
+from stortune.schemas.rollout.spec import RolloutSpec
 from stortune.schemas.tuning.experiment import TuningExperiment
 
 DOCUMENTS: dict[str, type[BaseModel]] = {
     "storageprofile.schema.json": StorageProfile,
     "benchmarkspec.schema.json": BenchmarkSpec,
     "tuningexperiment.schema.json": TuningExperiment,
+    # spec.rollout of a StorageProfile, on its own until the control plane acts on it (docs/rollouts.md).
+    "rollout.schema.json": RolloutSpec,
 }
 
 
