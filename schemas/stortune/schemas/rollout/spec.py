@@ -65,7 +65,7 @@ class _Doc(BaseModel):
 
 
 def _percent_number(value: object) -> object:
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise ValueError(f"{value!r:.40} is not a number: write the percentage as 10, not '10%'")
     return value
 

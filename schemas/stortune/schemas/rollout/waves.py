@@ -3,10 +3,10 @@
 The order is a hash of the profile's name and the host's name (sha256), not of the fleet: it
 is the same after a restart, on every replica and whatever order the hosts are listed in, and
 each profile picks its own canaries (one host is not every profile's guinea pig). Adding a
-host never reorders the others; it can only shift a wave boundary by one, so a host moves one
-wave at most, and only from a boundary (tests/schemas/rollout/test_waves.py). The machine deals
-once, when a rollout starts, and keeps the waves in its state; a host enrolling later joins
-the last wave rather than redealing the rest.
+host never reorders the others; it can only shift a wave boundary by one, so only a host on a
+boundary moves, to the neighbouring wave that has hosts (tests/schemas/rollout/test_waves.py).
+The machine deals once, when a rollout starts, and keeps the waves in its state; a host
+enrolling later joins the last wave rather than redealing the rest.
 """
 
 from __future__ import annotations
