@@ -355,3 +355,15 @@ def test_hostile_a_host_unreachable_before_its_wave_opens_is_no_failure_of_the_r
     observed = {**fleet.observe(state), later: down}
     state, _ = machine.step(state, Observed(hosts=observed), 1.0)
     assert state.failures == 0 and state.phase == "Progressing" and state.hosts[later].stage == "pending"
+
+
+def test_by_default_a_thousand_hosts_go_one_then_ten_then_ninety_at_a_time() -> None:
+    state, fleet = begin(1000)
+    per_step: list[int] = []
+
+    def count(s: RolloutState) -> None:
+        per_step.append(sum(1 for a in fleet.log if isinstance(a, Advance)) - sum(per_step))
+
+    state = run(state, fleet, check=count)
+    assert state.phase == "Complete" and len(fleet.advanced()) == 1000
+    assert max(per_step) == 90 and len(per_step) <= 25

@@ -158,7 +158,8 @@ def test_without_a_rollout_the_defaults_are_the_issues() -> None:
     spec = parse_rollout(None)
     assert spec.document() == {"strategy": "waves", "waves": [{"hosts": 1}, {"percent": 10},
                                                               {"percent": 100}],
-                               "maxUnavailable": 1, "maxFailures": 0, "soak": 0.0, "onFailure": "rollback"}
+                               "maxUnavailable": "10%", "maxFailures": 0, "soak": 0.0,
+                               "onFailure": "rollback"}
 
 
 def test_the_issues_example_reads_and_round_trips() -> None:
