@@ -83,15 +83,18 @@ Duration = Annotated[
 ]
 
 
-def _within_a_day(seconds: float) -> float:
-    if seconds > RUNTIME_MAX:
-        raise ValueError(f"{seconds:.10g}s is longer than a day ({RUNTIME_MAX:g}s), the most one step may"
-                         " run: give a shorter time (30s, 10m, 2h)")
-    return seconds
+def at_most(limit: float, span: str, what: str, examples: str) -> AfterValidator:
+    """A Duration's upper bound, refused saying what it bounds and what to write instead."""
+    def check(seconds: float) -> float:
+        if seconds > limit:
+            raise ValueError(f"{seconds:.10g}s is longer than {span} ({limit:g}s), the most {what}:"
+                             f" give a shorter time ({examples})")
+        return seconds
+    return AfterValidator(check)
 
 
 #: A step's runtime or ramp time: a Duration of at most RUNTIME_MAX.
-StepTime = Annotated[Duration, AfterValidator(_within_a_day)]
+StepTime = Annotated[Duration, at_most(RUNTIME_MAX, "a day", "one step may run", "30s, 10m, 2h")]
 _Threshold = Annotated[
     float | None,
     WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}],

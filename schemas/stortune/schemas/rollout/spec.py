@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -36,7 +35,7 @@ from pydantic import (
 )
 
 from stortune.schemas.bench.safety import writing_steps
-from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, PresetRef, Workload
+from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, PresetRef, Workload, at_most
 from stortune.schemas.bench.steps import WRITING_PATTERNS, TargetFacts, WorkloadStep
 from stortune.schemas.documents import DocumentError, Problem, validation_problems
 from stortune.schemas.patterns import glob_matches
@@ -132,14 +131,7 @@ MaxFailures = Annotated[int | str, BeforeValidator(_count(0)), WithJsonSchema(_c
        " concerns (rounded down)"))]
 
 
-def _within_a_week(seconds: float) -> float:
-    if seconds > WEEK:
-        raise ValueError(f"{seconds:.10g}s is longer than a week ({WEEK:g}s), the most this may be:"
-                         " give a shorter time (2m, 1h, 24h)")
-    return seconds
-
-
-WeekTime = Annotated[Duration, AfterValidator(_within_a_week)]
+WeekTime = Annotated[Duration, at_most(WEEK, "a week", "this may be", "2m, 1h, 24h")]
 #: The name of a stored BenchmarkSpec (its target and workloads are checked when it is used).
 SpecName = Annotated[str, Field(json_schema_extra={"pattern": NAME_PATTERN, "maxLength": 253})]
 
