@@ -106,23 +106,23 @@ class Observed(_Frozen):
 
 
 @dataclass(frozen=True)
-class Advance:
+class _Put:
+    """The host must hold ``generation`` of the profile (subclasses say why; they never compare equal)."""
+
     host: str
     generation: int
 
 
-@dataclass(frozen=True)
-class Revert:
-    host: str
-    generation: int
+class Advance(_Put):
+    """A host of the open wave takes the new generation."""
 
 
-@dataclass(frozen=True)
-class Hold:
+class Revert(_Put):
+    """A changed host goes back to the previous generation (halt with rollback, or undo)."""
+
+
+class Hold(_Put):
     """An enrolling host gets the last completed generation; not a change of this rollout."""
-
-    host: str
-    generation: int
 
 
 @dataclass(frozen=True)
