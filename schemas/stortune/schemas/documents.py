@@ -100,6 +100,19 @@ def without_tags(problems: list[Problem], lists: str, tags: Iterable[str]) -> li
     return out
 
 
+#: A sub-path a validator puts before its message ("@values[3] ...") to name the item at fault.
+_SUBPATH = re.compile(r"^@((?:\.?[A-Za-z]+|\[\d+\])+) ")
+
+
+def with_subpath(path: str, message: str) -> tuple[str, str]:
+    """A validator's ``@sub.path`` message prefix moved onto the field ``path``: (path, message)."""
+    m = _SUBPATH.match(message)
+    if m is None:
+        return path, message
+    sub = m.group(1)
+    return (path + ("" if sub.startswith("[") else ".") + sub) if path else sub, message[m.end():]
+
+
 def parse_profile(data: Any, where: str = "document") -> StorageProfile:
     if not isinstance(data, dict):
         raise DocumentError([Problem(where, "", f"expected a mapping, got {type(data).__name__}")])

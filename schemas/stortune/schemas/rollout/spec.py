@@ -37,7 +37,7 @@ from pydantic import (
 from stortune.schemas.bench.safety import writing_steps
 from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, PresetRef, Workload, at_most
 from stortune.schemas.bench.steps import WRITING_PATTERNS, TargetFacts, WorkloadStep
-from stortune.schemas.documents import DocumentError, Problem, validation_problems
+from stortune.schemas.documents import DocumentError, Problem, validation_problems, with_subpath
 from stortune.schemas.patterns import glob_matches
 from stortune.schemas.profile import NAME_PATTERN, is_name
 from stortune.schemas.tuning.experiment import Objective
@@ -54,8 +54,6 @@ DEFAULT_WAVES: tuple[dict[str, JsonValue], ...] = ({"hosts": 1}, {"percent": 10}
 
 Strategy = Literal["waves", "all-at-once"]
 OnFailure = Literal["rollback", "pause"]
-#: A validator's message may start with "@sub.path " to name the item at fault below its model.
-_SUBPATH = re.compile(r"^@((?:\.?[A-Za-z]+|\[\d+\])+) ")
 _PERCENT_TEXT = re.compile(r"([0-9]{1,3})%")
 
 
@@ -293,13 +291,9 @@ def _problems(exc: ValidationError, where: str, prefix: str) -> list[Problem]:
     moved into the path."""
     out = []
     for problem in validation_problems(exc, where):
-        path, message = problem.path, problem.message
-        path = re.sub(r"^analysis\.benchmark\.(?:spec|preset|workload)(?=\.|$)", "analysis.benchmark", path)
-        m = _SUBPATH.match(message)
-        if m:
-            sub = m.group(1)
-            path = (path + ("" if sub.startswith("[") else ".") + sub) if path else sub
-            message = message[m.end():]
+        path = re.sub(r"^analysis\.benchmark\.(?:spec|preset|workload)(?=\.|$)", "analysis.benchmark",
+                      problem.path)
+        path, message = with_subpath(path, problem.message)
         out.append(Problem(problem.where, f"{prefix}.{path}" if path else prefix, message))
     return out
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import re
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal
 
@@ -44,6 +43,7 @@ from stortune.schemas.documents import (
     labelled,
     load_yaml_documents,
     validation_problems,
+    with_subpath,
     without_tags,
 )
 from stortune.schemas.patterns import glob_matches
@@ -76,8 +76,6 @@ Goal = Literal["maximize", "minimize"]
 #: What each fio pattern measures.
 _DIRECTIONS = {"read": ("read",), "randread": ("read",), "write": ("write",), "randwrite": ("write",),
                "rw": ("read", "write"), "randrw": ("read", "write")}
-#: A sub-path a validator puts before its message ("@values[3] ...") to name the item at fault.
-_SUBPATH = re.compile(r"^@((?:\.?[A-Za-z]+|\[\d+\])+) ")
 
 Size = Annotated[int, BeforeValidator(sizes.parse_size), WithJsonSchema(sizes.json_schema(
     "Bytes, or with a unit: 512MiB, 2G (docs/profiles.md, Sizes)"))]
@@ -495,13 +493,7 @@ def _problems(exc: ValidationError, where: str) -> list[Problem]:
     """Field paths without pydantic's union tags, with a validator's ``@sub.path`` moved into the path."""
     out = []
     for problem in without_tags(validation_problems(exc, where), "workloads|constraints", _TAGS):
-        path, message = problem.path, problem.message
-        m = _SUBPATH.match(message)
-        if m:
-            sub = m.group(1)
-            path = (path + ("" if sub.startswith("[") else ".") + sub) if path else sub
-            message = message[m.end():]
-        out.append(Problem(problem.where, path, message))
+        out.append(Problem(problem.where, *with_subpath(problem.path, problem.message)))
     return out
 
 
