@@ -23,9 +23,6 @@ class HoldTime:
     estimatedSeconds: float
     durationSeconds: float
 
-    def line(self) -> str:
-        return hold_line(self.trialSeconds, self.estimatedSeconds, self.durationSeconds)
-
 
 def hold_line(trial_s: float | None, estimated_s: float | None, duration_s: float | None) -> str:
     """The sentence both dry runs print (`stortune tune run` reads the figures from JSON: None
