@@ -151,9 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="agents that report their values are asked for them every 10 intervals,"
                              " or less often once the fleet needs more than N looks a second "
                              "(default 10)")
-    parser.add_argument("--agent-correction-events", type=int, default=30, metavar="N",
-                        help="settings an agent set back on its own become events; past N new ones a "
-                             "minute from one host they are counted and summed up in one (default 30)")
+    corrections = Settings.model_fields["agent_correction_events_per_minute"].default
+    parser.add_argument("--agent-correction-events", type=int, default=corrections, metavar="N",
+                        help="settings an agent set back on its own become events; past N new ones a minute "
+                             f"from one host they are counted and summed up in one (default {corrections})")
     parser.add_argument("--max-body-size", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
                         help=f"refuse larger request bodies with 413 (default {DEFAULT_MAX_BODY_BYTES})")
     for flag, field, metavar, what in (
