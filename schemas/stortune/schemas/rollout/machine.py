@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -393,8 +393,7 @@ def concerned(before: Mapping[str, Mapping[str, object]], after: Mapping[str, Ma
 
 def counts(state: RolloutState) -> dict[str, int]:
     """Hosts per stage, every stage present (the status's numbers, one per phase of a host)."""
-    out = dict.fromkeys(("pending", "baseline", "changing", "analysing", "updated", "failed",
-                         "reverting", "reverted"), 0)
+    out: dict[str, int] = dict.fromkeys(get_args(Stage), 0)
     for hs in state.hosts.values():
         out[hs.stage] += 1
     return out
