@@ -50,6 +50,11 @@ def private_sqlite_file(url: str) -> None:
         statedir.restrict(path.with_name(path.name + suffix))
 
 
+def statement_timeout_ms(seconds: float) -> int:
+    """PostgreSQL's statement_timeout for ``seconds``: whole milliseconds, at least one (0 turns it off)."""
+    return max(1, round(seconds * 1000))
+
+
 def connect_args(url: str, *, statement_timeout_s: float, connect_timeout_s: float) -> dict[str, Any]:
     """The driver's arguments that bound every wait on the database.
 
@@ -62,7 +67,7 @@ def connect_args(url: str, *, statement_timeout_s: float, connect_timeout_s: flo
     if parsed.get_backend_name() == "sqlite":
         return {"timeout": statement_timeout_s}
     given = parsed.query.get("options", ())
-    options = [f"-c statement_timeout={max(1, round(statement_timeout_s * 1000))}",
+    options = [f"-c statement_timeout={statement_timeout_ms(statement_timeout_s)}",
                *([given] if isinstance(given, str) else given)]
     # libpq takes whole seconds, and treats anything under 2 as 2.
     return {"connect_timeout": max(2, math.ceil(connect_timeout_s)), "options": " ".join(options)}

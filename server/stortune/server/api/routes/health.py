@@ -19,6 +19,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from stortune.server.db.engine import statement_timeout_ms
 from stortune.server.errors import Unavailable
 from stortune.server.services.versions import current_resource_version
 
@@ -28,7 +29,7 @@ router = APIRouter(tags=["health"])
 def _read_counter(sessions: sessionmaker[Session], timeout_s: float) -> None:
     with sessions() as session:
         if session.get_bind().dialect.name == "postgresql":
-            session.execute(text(f"SET LOCAL statement_timeout = {max(1, round(timeout_s * 1000))}"))
+            session.execute(text(f"SET LOCAL statement_timeout = {statement_timeout_ms(timeout_s)}"))
         current_resource_version(session)
         session.rollback()
 
