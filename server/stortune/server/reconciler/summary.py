@@ -26,9 +26,10 @@ def summarize(profile: Profile, standings: Sequence[Standing]) -> dict[str, Any]
     matched = [s for s in standings if chosen is not None and chosen.matches(s.labels)]
     # A host that applied the rest but cannot set one of this profile's values has failed it.
     rejected = [s.name for s in matched if name in s.rejected]
-    applied = [s.name for s in matched if s.applied.get(name) == generation and s.name not in rejected]
-    failed = [s.name for s in matched if s.name not in applied and (
-        s.name in rejected or (s.applied_condition is not None and s.applied_condition["status"] == "False"))]
+    applied = [s.name for s in matched if s.applied.get(name) == generation and name not in s.rejected]
+    failed = [s.name for s in matched if name in s.rejected or (
+        s.applied.get(name) != generation
+        and s.applied_condition is not None and s.applied_condition["status"] == "False")]
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "phase": "Applied" if len(applied) == len(matched) else "Failed" if failed else "Progressing",
