@@ -111,7 +111,7 @@ def trial_overlays(profiles: Iterable[StorageProfile]) -> list[StorageProfile]:
     """The experiment trial overlays among ``profiles`` (the control plane's experiments reach the
     agent as an Apply with one; the recommended profile an experiment leaves is an ordinary
     profile and is not one)."""
-    from stortune.schemas.tuning.overlay import EXPERIMENT_ANNOTATION, OVERLAY_PRIORITY
+    from stortune.schemas.trialprofile import EXPERIMENT_ANNOTATION, OVERLAY_PRIORITY
 
     return [p for p in profiles
             if EXPERIMENT_ANNOTATION in p.metadata.annotations and p.spec.priority == OVERLAY_PRIORITY]

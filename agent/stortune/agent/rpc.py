@@ -333,8 +333,6 @@ class AgentService(wire.AgentServiceServicer):
     def _refuse_protected_trial(self, profiles: Sequence[StorageProfile]) -> None:
         """An experiment's trial values never reach a protected device, whatever the control
         plane asks (its benchmark would be refused too, after the values were written)."""
-        if not any(p.metadata.annotations for p in profiles):
-            return  # an overlay names its experiment in one (and the check loads the tuning models)
         overlays = trial_overlays(profiles)
         if not overlays:
             return  # no rediscovery on an ordinary apply
