@@ -36,11 +36,11 @@ from pydantic import (
 
 from stortune.schemas.bench.safety import writing_steps
 from stortune.schemas.bench.spec import BenchmarkSpecBody, Duration, PresetRef, Workload, at_most
-from stortune.schemas.bench.steps import WRITING_PATTERNS, TargetFacts, WorkloadStep
+from stortune.schemas.bench.steps import TargetFacts, WorkloadStep
 from stortune.schemas.documents import DocumentError, Problem, validation_problems, with_subpath
 from stortune.schemas.patterns import glob_matches
 from stortune.schemas.profile import NAME_PATTERN, is_name
-from stortune.schemas.tuning.experiment import Objective
+from stortune.schemas.tuning.experiment import Objective, measures
 
 #: Waves one rollout may have: a canary, a few widening steps and the rest need far fewer.
 MAX_WAVES = 20
@@ -149,12 +149,6 @@ BenchmarkRef = Annotated[
 ]
 
 
-def _measures(step: WorkloadStep, direction: str) -> bool:
-    if direction == "write":
-        return step.pattern in WRITING_PATTERNS
-    return direction != "read" or step.pattern not in ("write", "randwrite")
-
-
 def workload_problems(steps: Sequence[WorkloadStep], objectives: Sequence[Objective],
                       on_device: bool = True) -> list[str]:
     """Why these steps cannot judge a canary: a writing step on a raw device (a rollout never
@@ -172,7 +166,7 @@ def workload_problems(steps: Sequence[WorkloadStep], objectives: Sequence[Object
         direction = objective.metric.split("_", 1)[0]
         if not named:
             problems.append(f"@objectives[{i}].step {objective.step!r} matches no step; steps are {names}")
-        elif not any(_measures(s, direction) for s in named):
+        elif not any(measures(s.pattern, direction) for s in named):
             problems.append(f"@objectives[{i}] no step it names {direction}s, so {objective.metric}"
                             " would never be measured")
     return problems

@@ -77,6 +77,12 @@ Goal = Literal["maximize", "minimize"]
 _DIRECTIONS = {"read": ("read",), "randread": ("read",), "write": ("write",), "randwrite": ("write",),
                "rw": ("read", "write"), "randrw": ("read", "write")}
 
+
+def measures(pattern: str, direction: str) -> bool:
+    """Whether a step of fio ``pattern`` measures the metrics of ``direction`` (a metric's first
+    word: read and write are directions, any other word is measured by every step)."""
+    return direction not in ("read", "write") or direction in _DIRECTIONS[pattern]
+
 Size = Annotated[int, BeforeValidator(sizes.parse_size), WithJsonSchema(sizes.json_schema(
     "Bytes, or with a unit: 512MiB, 2G (docs/profiles.md, Sizes)"))]
 _Percent = Annotated[float, WithJsonSchema({"anyOf": [{"type": "number"}, {"type": "string"}],
@@ -390,7 +396,7 @@ class TuningSpec(_Doc):
             if not named:
                 raise ValueError(f"@{path}.step {glob!r} matches no step; steps are {', '.join(names)}")
             direction = metric.split("_", 1)[0]
-            if direction in ("read", "write") and not any(direction in _DIRECTIONS[s.pattern] for s in named):
+            if not any(measures(s.pattern, direction) for s in named):
                 raise ValueError(f"@{path} no step it names {direction}s, so {metric} would never be"
                                  " measured")
         for i, c in enumerate(self.constraints):
