@@ -37,6 +37,26 @@ def _has_device(f: Fleet, dev: str) -> bool:
         return r.is_success and any(d["name"] == dev for d in r.json().get("devices", []))
 
 
+def _start(f: Fleet, tmp_path: Path, dev: str, profiles: dict[str, tuple[int, str]]) -> Path:
+    """loophost's agent started, a directory of profiles ({name: (priority, settings)}) written for
+    ``dev``; returns the directory once the agent registered and reported the device."""
+    f.agents["loophost"] = agent_proc(f, "loophost", [], "e2e=blocked")
+    f.agents["loophost"].start()
+    files = tmp_path / "profiles"
+    files.mkdir()
+    for name, (priority, settings) in profiles.items():
+        (files / f"{name}.yaml").write_text(_profile(name, priority, dev, settings))
+    eventually("the agent registered", lambda: f.condition("loophost", "Reachable"))
+    eventually("its topology", lambda: _has_device(f, dev))
+    return files
+
+
+def _delete(f: Fleet, *names: str) -> None:
+    with f.api() as c:
+        for name in names:
+            assert c.delete(f"/api/v1/profiles/{name}").status_code in (200, 202)
+
+
 def test_hostile_a_scheduler_the_device_does_not_offer_blocks_only_itself(
         fleet: Fleet, loop_devices: Callable[[int], list[str]], tmp_path: Path) -> None:  # noqa: F811
     (dev,) = loop_devices(1)
@@ -45,14 +65,8 @@ def test_hostile_a_scheduler_the_device_does_not_offer_blocks_only_itself(
     original_nr, original_sched = nr.read_text().strip(), sched.read_text()
     want = "64" if original_nr != "64" else "48"  # at most 128: a loop queue without an elevator
 
-    fleet.agents["loophost"] = agent_proc(fleet, "loophost", [], "e2e=blocked")
-    fleet.agents["loophost"].start()
-    files = tmp_path / "profiles"
-    files.mkdir()
-    (files / "turbo.yaml").write_text(_profile("turbo", 20, dev, "{scheduler: bfq-turbo}"))
-    (files / "queue.yaml").write_text(_profile("queue", 0, dev, f"{{nr_requests: {want}}}"))
-    eventually("the agent registered", lambda: fleet.condition("loophost", "Reachable"))
-    eventually("its topology", lambda: _has_device(fleet, dev))
+    files = _start(fleet, tmp_path, dev, {"turbo": (20, "{scheduler: bfq-turbo}"),
+                                          "queue": (0, f"{{nr_requests: {want}}}")})
 
     # -- the CLI says so before and after: exit 1, naming the setting ---------------------------
     error = f"loophost: {dev} scheduler=bfq-turbo (turbo/the-loop) cannot be set"
@@ -80,9 +94,7 @@ def test_hostile_a_scheduler_the_device_does_not_offer_blocks_only_itself(
     assert fleet.is_("loophost", "Applied", "False")["reason"] == "Rejected"  # type: ignore[index]
 
     # -- fixed: the scheduler profile removed, the error is gone, and everything put back -------
-    with fleet.api() as c:
-        for name in ("turbo", "queue"):
-            assert c.delete(f"/api/v1/profiles/{name}").status_code in (200, 202)
+    _delete(fleet, "turbo", "queue")
     eventually("nr_requests original restored", lambda: nr.read_text().strip() == original_nr)
     eventually("Applied=True", lambda: fleet.is_("loophost", "Applied"))
     assert sched.read_text() == original_sched

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.e2e.test_blocked_setting_e2e import _has_device, _profile, _status
-from tests.e2e.test_control_plane_e2e import Fleet, agent_proc, eventually, fleet  # noqa: F401
+from tests.e2e.test_blocked_setting_e2e import _delete, _start, _status
+from tests.e2e.test_control_plane_e2e import Fleet, eventually, fleet  # noqa: F401
 
 
 def test_hostile_a_value_the_kernel_refuses_when_written_blocks_only_itself(
@@ -21,14 +21,8 @@ def test_hostile_a_value_the_kernel_refuses_when_written_blocks_only_itself(
     original_nr, original_ra = nr.read_text().strip(), ra.read_text().strip()
     want = "2048" if original_ra != "2048" else "1024"
 
-    fleet.agents["loophost"] = agent_proc(fleet, "loophost", [], "e2e=blocked")
-    fleet.agents["loophost"].start()
-    files = tmp_path / "profiles"
-    files.mkdir()
-    (files / "deep.yaml").write_text(_profile("deep", 20, dev, "{nr_requests: 256}"))
-    (files / "reads.yaml").write_text(_profile("reads", 0, dev, f"{{read_ahead_kb: {want}}}"))
-    eventually("the agent registered", lambda: fleet.condition("loophost", "Reachable"))
-    eventually("its topology", lambda: _has_device(fleet, dev))
+    files = _start(fleet, tmp_path, dev, {"deep": (20, "{nr_requests: 256}"),
+                                          "reads": (0, f"{{read_ahead_kb: {want}}}")})
     applied = fleet.cli("apply", "-f", str(files))
     assert "storageprofile/deep created" in applied.stdout, applied.stdout + applied.stderr
 
@@ -53,9 +47,7 @@ def test_hostile_a_value_the_kernel_refuses_when_written_blocks_only_itself(
     assert fleet.is_("loophost", "Applied", "False")["reason"] == "Rejected"  # type: ignore[index]
 
     # -- removed: the error is gone and everything put back ---------------------------------------
-    with fleet.api() as c:
-        for name in ("deep", "reads"):
-            assert c.delete(f"/api/v1/profiles/{name}").status_code in (200, 202)
+    _delete(fleet, "deep", "reads")
     eventually("read_ahead_kb original restored", lambda: ra.read_text().strip() == original_ra)
     eventually("Applied=True", lambda: fleet.is_("loophost", "Applied"))
     assert nr.read_text().strip() == original_nr
