@@ -149,23 +149,29 @@ def test_hostile_what_depends_on_a_refused_setting_is_blocked_with_it(
 
 
 # -- through converge: the plan, the re-apply, the memory ------------------------------------------
-def _profiles(nr_requests: int, scheduler: str | None = None) -> str:
-    queue = f"{{nr_requests: {nr_requests}" + (f", scheduler: {scheduler}}}" if scheduler else "}")
+def deep_and_streaming(match: str, queue: str, read_ahead: int) -> str:
+    """Two profiles for the devices ``match`` selects: ``deep`` sets ``queue`` (a settings mapping),
+    ``streaming`` sets read_ahead_kb."""
     return f"""
 apiVersion: stortune/v1
 kind: StorageProfile
 metadata: {{name: deep}}
 spec:
   rules:
-    - {{name: queue, match: {{kind: [loop]}}, settings: {queue}}}
+    - {{name: queue, match: {match}, settings: {queue}}}
 ---
 apiVersion: stortune/v1
 kind: StorageProfile
 metadata: {{name: streaming}}
 spec:
   rules:
-    - {{name: loops, match: {{kind: [loop]}}, settings: {{read_ahead_kb: 4096}}}}
+    - {{name: reads, match: {match}, settings: {{read_ahead_kb: {read_ahead}}}}}
 """
+
+
+def _profiles(nr_requests: int, scheduler: str | None = None) -> str:
+    queue = f"{{nr_requests: {nr_requests}" + (f", scheduler: {scheduler}}}" if scheduler else "}")
+    return deep_and_streaming("{kind: [loop]}", queue, 4096)
 
 
 def _host(tmp_path: Path) -> tuple[Host, PickyKernel, Path]:

@@ -17,7 +17,7 @@ from stortune.agent import daemon, journal, local
 from stortune.agent.kernelfs import KernelFS
 from stortune.schemas.catalog import Tunable
 from stortune.schemas.documents import load_profiles
-from tests.agent.test_write_refusals import outcomes
+from tests.agent.test_write_refusals import deep_and_streaming, outcomes
 
 pytestmark = pytest.mark.root
 
@@ -52,21 +52,7 @@ class Watched(KernelFS):
 
 
 def _profiles(dev: str, queue: str, read_ahead: int) -> str:
-    return f"""
-apiVersion: stortune/v1
-kind: StorageProfile
-metadata: {{name: deep}}
-spec:
-  rules:
-    - {{name: queue, match: {{name: [{dev}]}}, settings: {queue}}}
----
-apiVersion: stortune/v1
-kind: StorageProfile
-metadata: {{name: streaming}}
-spec:
-  rules:
-    - {{name: reads, match: {{name: [{dev}]}}, settings: {{read_ahead_kb: {read_ahead}}}}}
-"""
+    return deep_and_streaming(f"{{name: [{dev}]}}", queue, read_ahead)
 
 
 def _start(dev: str, scheduler: str) -> tuple[Watched, dict[str, str], int]:
