@@ -64,8 +64,8 @@ def drifted(topology: Topology, desired: Iterable[Desired]) -> list[Desired]:
     """The settings stortune set itself (a direct original is recorded) that do not hold their
     value now: what a re-apply would set back. Planned on ``topology`` as discovered with the
     originals (``local.plan`` with the state directory)."""
-    devices = [*topology.devices, planner.host_device(topology)]
-    originals = {(d.id, name): state.original for d in devices for name, state in d.tunables.items()}
+    originals = {(d.id, name): state.original for d in planner.targets(topology)
+                 for name, state in d.tunables.items()}
     out = []
     for want in desired:
         original = originals.get((want.device_id, want.tunable))
