@@ -79,12 +79,11 @@ def pending(plan: HostPlan) -> int:
     return enforced + len(plan.restorations)
 
 
-def errors(plans: Sequence[HostPlan], profiles: Collection[str] | None = None
-           ) -> list[tuple[str, PlannedRejection]]:
-    """(host, error) for every setting a host cannot set (of ``profiles`` only, when given): each
-    blocks only itself there, but the files ask for something that will not happen."""
+def errors(plans: Sequence[HostPlan], profiles: Collection[str]) -> list[tuple[str, PlannedRejection]]:
+    """(host, error) for every setting of ``profiles`` a host cannot set: each blocks only itself
+    there, but the files ask for something that will not happen."""
     return [(plan.host, r) for plan in plans for r in plan.rejections
-            if r.fatal and (profiles is None or r.source.profile in profiles)]
+            if r.fatal and r.source.profile in profiles]
 
 
 def host_changes(client: Client, outcomes: Sequence[Outcome], *, pruned: Collection[str] = ()
