@@ -18,6 +18,7 @@ from stortune.agent.kernelfs import KernelFS
 from stortune.schemas.catalog import Tunable
 from stortune.schemas.documents import load_profiles
 from tests.agent.test_write_refusals import deep_and_streaming, outcomes
+from tests.loopdev import queue_attributes
 
 pytestmark = pytest.mark.root
 
@@ -29,14 +30,12 @@ def _queue(dev: str, attr: str) -> Path:
 
 
 def _read(dev: str, attr: str) -> str:
-    text = _queue(dev, attr).read_text().strip()
-    if attr == "scheduler":
-        return next(w.strip("[]") for w in text.split() if w.startswith("["))
-    return text
+    return queue_attributes(dev)[attr]
 
 
 def _snapshot(dev: str) -> dict[str, str]:
-    return {a: _read(dev, a) for a in ATTRS}
+    attrs = queue_attributes(dev)
+    return {a: attrs[a] for a in ATTRS}
 
 
 @dataclass(frozen=True)
