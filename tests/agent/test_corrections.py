@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 
 from stortune.agent import corrections, daemon, journal, local
-from stortune.agent.kernelfs import KernelFS, KernelWriteError
-from stortune.schemas.catalog import Tunable
 from stortune.schemas.corrections import MAX_BATCH
 from stortune.schemas.documents import load_profiles
+from tests.agent.fakekernel import PickyKernel
 from tests.fixtures.agent_host import Host, build_host
 
 PROFILE = """
@@ -38,13 +37,6 @@ def applied(tmp_path: Path) -> tuple[Host, Path]:
     return host, state
 
 
-class RefusesReadAhead(KernelFS):
-    def write_tunable(self, tunable: Tunable, device: str | None, text: str) -> None:
-        if tunable.name == "read_ahead_kb":
-            raise KernelWriteError(22, "kernel refused it", "read_ahead_kb")
-        super().write_tunable(tunable, device, text)
-
-
 # -- hostile ------------------------------------------------------------------------------------
 def test_hostile_a_first_apply_to_a_new_device_is_no_correction(tmp_path: Path) -> None:
     host, state = applied(tmp_path)
@@ -59,7 +51,7 @@ def test_hostile_a_first_apply_to_a_new_device_is_no_correction(tmp_path: Path) 
 def test_hostile_a_write_the_apply_rolled_back_is_no_correction(tmp_path: Path) -> None:
     host, state = applied(tmp_path)
     (host.fs.sysfs / "block/loop7/queue/read_ahead_kb").write_text("256")
-    refusing = RefusesReadAhead(host.fs.sysfs, host.fs.procfs)
+    refusing = PickyKernel.over(host.fs, refuses={"read_ahead_kb": 0})  # EINVAL on every value
 
     report = daemon.converge(refusing, state)
 
