@@ -16,9 +16,9 @@ from stortune.server.agentclient import FakeAgentClients
 from tests.server.builders import API, loop_topology, profile_doc, registration
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client, bearer
+from tests.server.test_experiments import FAST, ended, register
 from tests.server.tunefakes import EXPERIMENTS, SurfaceAgent, experiment_doc
 
-FAST = {"benchmark_interval_s": 0.05, "experiment_interval_s": 0.05, "benchmark_unreachable_timeout_s": 60}
 #: The victim of the issue: hand-written, at priority 10, selecting no registered host.
 VICTIM = profile_doc("atk-victim", selector={"matchLabels": {"role": "nobody"}}, priority=10,
                      settings={"scheduler": "mq-deadline", "nr_requests": 64})
@@ -38,16 +38,6 @@ def _app(make_app: AppFactory, agents: FakeAgentClients) -> FastAPI:
     return make_app(agents=agents, controller=RecordingController(), **FAST)
 
 
-def _register(client: TestClient) -> None:
-    body = registration("h1", topology=loop_topology("h1"))
-    assert client.post(f"{API}/agents/register", json=body).status_code == 200
-
-
-def _ended(client: TestClient, exp_id: str) -> dict[str, Any] | None:
-    doc = client.get(f"{EXPERIMENTS}/{exp_id}").json()
-    return doc if doc["status"]["state"] in ("done", "failed", "cancelled") else None
-
-
 def _profile(client: TestClient, name: str) -> dict[str, Any]:
     response = client.get(f"{API}/profiles/{name}")
     assert response.status_code == 200, response.text
@@ -63,7 +53,7 @@ def test_hostile_an_experiment_named_like_a_profile_is_a_409_and_the_profile_is_
         make_app: AppFactory, agents: FakeAgentClients) -> None:
     agent = _agent(agents)
     with admin_client(_app(make_app, agents)) as client:
-        _register(client)
+        register(client)
         assert client.post(f"{API}/profiles", json=VICTIM).status_code == 201
         before = _profile(client, "atk-victim")
         version = before["metadata"]["resourceVersion"]
@@ -93,7 +83,7 @@ def test_hostile_a_profile_made_under_the_result_name_while_the_experiment_runs_
         make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
     agent = _agent(agents, hold=True)
     with admin_client(_app(make_app, agents)) as client:
-        _register(client)
+        register(client)
         response = client.post(EXPERIMENTS, json=experiment_doc("ra-sweep", applyResult=True,
                                                                  result={"name": "atk-victim"}))
         assert response.status_code == 201, response.text
@@ -104,7 +94,7 @@ def test_hostile_a_profile_made_under_the_result_name_while_the_experiment_runs_
         agent.auto = True
         for run_id in list(agent.started):
             agent.finish(run_id)
-        doc = eventually(lambda: _ended(client, exp_id), timeout=60, what="the experiment's end")
+        doc = eventually(lambda: ended(client, exp_id), timeout=60, what="the experiment's end")
         assert _profile(client, "atk-victim") == before  # generation, rules and priority as written
         status = doc["status"]
         assert status["state"] == "done", status
@@ -124,7 +114,7 @@ def test_the_result_is_written_as_the_experiment_s_creator_and_replaces_only_the
     app = _app(make_app, agents)
     operator = bearer(token_for("operator", name="tuner"))
     with admin_client(app) as client:
-        _register(client)
+        register(client)
         assert client.post(f"{API}/profiles", json=VICTIM).status_code == 201
         version = _profile(client, "atk-victim")["metadata"]["resourceVersion"]
         doc = experiment_doc("atk-victim", applyResult=True,
@@ -132,7 +122,7 @@ def test_the_result_is_written_as_the_experiment_s_creator_and_replaces_only_the
         response = client.post(EXPERIMENTS, json=doc, headers=operator)
         assert response.status_code == 201, response.text
         exp_id = response.json()["metadata"]["uid"]
-        status = eventually(lambda: _ended(client, exp_id), timeout=60, what="the end")["status"]
+        status = eventually(lambda: ended(client, exp_id), timeout=60, what="the end")["status"]
         assert status["state"] == "done" and "not stored" not in status["reason"], status
         stored = _profile(client, "atk-victim")
         assert stored["metadata"]["generation"] == 2
@@ -153,7 +143,7 @@ def test_hostile_a_creator_revoked_while_the_experiment_ran_writes_nothing(
     app = _app(make_app, agents)
     operator = bearer(token_for("operator", name="leaver"))
     with admin_client(app) as client:
-        _register(client)
+        register(client)
         response = client.post(EXPERIMENTS, json=experiment_doc(applyResult=True), headers=operator)
         assert response.status_code == 201, response.text
         exp_id = response.json()["metadata"]["uid"]
@@ -163,7 +153,7 @@ def test_hostile_a_creator_revoked_while_the_experiment_ran_writes_nothing(
         agent.auto = True
         for run_id in list(agent.started):
             agent.finish(run_id)
-        status = eventually(lambda: _ended(client, exp_id), timeout=60, what="the end")["status"]
+        status = eventually(lambda: ended(client, exp_id), timeout=60, what="the end")["status"]
         assert status["outcome"]["recommendation"]["significant"] is True
         assert "was not stored" in status["reason"] and "revoked" in status["reason"], status["reason"]
         assert client.get(f"{API}/profiles/ra-sweep").status_code == 404
@@ -184,7 +174,7 @@ def test_a_fleet_stores_its_result_once_and_each_host_may_rewrite_its_own(
         response = client.post(EXPERIMENTS, json=experiment_doc(maxHosts=2, applyResult=True))
         assert response.status_code == 201, response.text
         exp_id = response.json()["metadata"]["uid"]
-        status = eventually(lambda: _ended(client, exp_id), timeout=90, what="the fleet's end")["status"]
+        status = eventually(lambda: ended(client, exp_id), timeout=90, what="the fleet's end")["status"]
         assert status["state"] == "done" and "not stored" not in status["reason"], status["reason"]
         assert status["outcome"]["holdsEverywhere"] is True
         stored = _profile(client, "ra-sweep")
@@ -200,7 +190,7 @@ def test_hostile_64_workloads_of_a_million_hours_and_10000_trials_are_a_422_nami
     workloads = [{"preset": "stream-32k", "name": f"w{i}", "runtime": "1000000h"} for i in range(64)]
     doc = experiment_doc(workloads=workloads, budget={"trials": 10_000})
     with admin_client(_app(make_app, agents)) as client:
-        _register(client)
+        register(client)
         for params in ({}, {"dryRun": "All"}):
             response = client.post(EXPERIMENTS, json=doc, params=params)
             assert response.status_code == 422, response.text
@@ -213,7 +203,7 @@ def test_hostile_64_workloads_of_a_million_hours_and_10000_trials_are_a_422_nami
 def test_the_dry_run_shows_how_long_the_host_is_held(make_app: AppFactory, agents: FakeAgentClients) -> None:
     _agent(agents)
     with admin_client(_app(make_app, agents)) as client:
-        _register(client)
+        register(client)
         response = client.post(EXPERIMENTS, json=experiment_doc(budget={"trials": 30, "duration": "10m"}),
                                params={"dryRun": "All"})
         assert response.status_code == 200, response.text
@@ -245,7 +235,7 @@ def test_at_the_deadline_the_trial_is_stopped_and_the_host_given_back(
     assert isinstance(agent, SurfaceAgent)
     app = _app(make_app, agents)
     with admin_client(app) as client:
-        _register(client)
+        register(client)
         response = client.post(EXPERIMENTS, json=experiment_doc(budget={"trials": 30, "duration": "10m"}))
         assert response.status_code == 201, response.text
         exp_id = response.json()["metadata"]["uid"]
@@ -253,11 +243,11 @@ def test_at_the_deadline_the_trial_is_stopped_and_the_host_given_back(
             eventually(lambda: agent.started, what="the first trial's benchmark running")
         else:
             eventually(lambda: [c for c in agent.calls if c[0] == "apply"], what="a trial's apply refused")
-        assert _ended(client, exp_id) is None
+        assert ended(client, exp_id) is None
         with app.state.sessions() as session:
             assert experiments.owners(session) == {"h1": exp_id}
         clock.advance(601)
-        done = eventually(lambda: _ended(client, exp_id), timeout=60, what="the end at the deadline")
+        done = eventually(lambda: ended(client, exp_id), timeout=60, what="the end at the deadline")
         status = done["status"]
         assert status["state"] == "done" and "time budget ran out" in status["reason"], status
         assert status["hosts"][0]["state"] == "done"
