@@ -20,7 +20,7 @@ rate once across all of them.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,7 +32,7 @@ from stortune.server.api.deps import NowDep, SettingsDep
 from stortune.server.api.security import CurrentPrincipal, authorize_route
 from stortune.server.errors import TooManyRequests
 
-__all__ = ["Limiter", "Quota", "QuotaOf", "RateLimited", "RateLimiter", "quota", "spend_one"]
+__all__ = ["Limiter", "Quota", "QuotaOf", "RateLimited", "RateLimiter", "quota", "sized", "spend_one"]
 
 @dataclass(frozen=True)
 class Quota:
@@ -55,14 +55,20 @@ class Quota:
                 f"bursts of {self.burst}); retry in {seconds} s", retry_after_s=seconds)
 
 
+def sized(rate_limits: Mapping[str, float], name: str, *, per_minute: float,
+          burst: int | None = None) -> tuple[float, int]:
+    """The rate of the limit ``name`` (``per_minute`` unless Settings.rate_limits overrides it) and
+    its bucket's size: ``burst``, by default a quarter minute's worth, scaled with an overridden rate."""
+    rate = rate_limits.get(name, per_minute)
+    return rate, max(1, math.ceil((burst if burst is not None else per_minute / 4) * rate / per_minute))
+
+
 def quota(name: str, *, per_minute: float, burst: int | None = None) -> Callable[..., Awaitable[Quota]]:
     """A dependency giving the caller's ``Quota`` of the limit ``name``."""
 
     async def dependency(request: Request, principal: CurrentPrincipal, settings: SettingsDep,
                          now: NowDep) -> Quota:
-        rate = settings.rate_limits.get(name, per_minute)
-        # An overridden rate scales the burst with it; by default a quarter minute's worth.
-        size = max(1, math.ceil((burst if burst is not None else per_minute / 4) * rate / per_minute))
+        rate, size = sized(settings.rate_limits, name, per_minute=per_minute, burst=burst)
         limiter: Limiter = request.app.state.rate_limiter
         return Quota(limiter, name, principal.token_id, rate, size, now)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -16,6 +15,7 @@ from stortune.server.api.bodies import OffLoopBodyRoute
 from stortune.server.api.buckets import Limiter
 from stortune.server.api.deps import HostName, NowDep, SessionDep, SettingsDep
 from stortune.server.api.openapi import NOT_FOUND
+from stortune.server.api.ratelimit import sized
 from stortune.server.api.security import Authorized
 from stortune.server.auth import Permission, Principal
 from stortune.server.errors import Cause, Conflict, Invalid
@@ -126,8 +126,9 @@ async def _renew(request: Request, name: str, body: Heartbeat, proof: Proof
 
 def _takes_batch(limiter: Limiter, settings: Settings, name: str, now: datetime) -> bool:
     """One batch of corrections from host ``name`` within its rate (per host: the agents share a token)."""
-    per_minute = settings.rate_limits.get(corrections.LIMIT, corrections.BATCHES_PER_MINUTE)
-    burst = max(1, math.ceil(per_minute / 4))  # a quarter minute's worth, as the routes' limits
+    # The routes' rule: a quarter minute's worth, scaled with a rate overridden by --rate-limit.
+    per_minute, burst = sized(settings.rate_limits, corrections.LIMIT,
+                              per_minute=corrections.BATCHES_PER_MINUTE)
     return limiter.take(corrections.LIMIT, name, per_minute=per_minute, burst=burst, now=now) == 0
 
 
