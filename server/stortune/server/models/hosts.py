@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
-from stortune.schemas.plan import KERNEL_REFUSED, Plan, Rejection
+from stortune.schemas.plan import KERNEL_REFUSED, Plan, Rejection, Source, Value
 from stortune.server.db.tables import Host
 from stortune.server.db.tables import HostLease as LeaseRow
 from stortune.server.models.common import API_VERSION, Labels, RequestModel, check_label_map
@@ -66,6 +66,16 @@ def settings_table(raw: Sequence[Any]) -> tuple[DeviceSetting, ...]:
         return ()
 
 
+def same_want(row: DeviceSetting, source: Source, desired: Value) -> bool:
+    """``row`` was written for this want: the same profile, generation and value."""
+    return (row.profile, row.generation, row.desired) == (source.profile, source.generation, desired)
+
+
+def rebooted(checked_boot_id: str | None, boot_id: str | None) -> bool:
+    """The host booted since its settings were last checked (both boot ids known, and different)."""
+    return bool(checked_boot_id) and bool(boot_id) and boot_id != checked_boot_id
+
+
 def holding_kernel_refusals(plan: Plan, table: Iterable[DeviceSetting], *, rebooted: bool) -> Plan:
     """``plan`` with the settings the agent last reported the kernel refusing when written (the
     planner cannot know those; ``table``: the host's stored settings) held as errors while wanted
@@ -80,9 +90,7 @@ def holding_kernel_refusals(plan: Plan, table: Iterable[DeviceSetting], *, reboo
         row = last.get((want.device_id, want.tunable))
         # (a setting blocked by a refused one it depends on names that refusal too)
         if (want.in_sync or row is None or not row.message.startswith(REJECTED)
-                or KERNEL_REFUSED not in row.message
-                or (row.profile, row.generation, row.desired)
-                != (want.source.profile, want.source.generation, want.desired)):
+                or KERNEL_REFUSED not in row.message or not same_want(row, want.source, want.desired)):
             continue
         held.append(Rejection(device=want.device, device_id=want.device_id, tunable=want.tunable,
                               value=want.desired, reason=row.message.removeprefix(REJECTED), fatal=True,

@@ -15,7 +15,7 @@ from typing import Any
 from stortune.schemas.plan import Plan, Rejection, Source, Value
 from stortune.schemas.profile import StorageProfile
 from stortune.schemas.topology import Topology
-from stortune.server.models.hosts import DeviceSetting, holding_kernel_refusals
+from stortune.server.models.hosts import DeviceSetting, holding_kernel_refusals, rebooted, same_want
 
 #: (device id, tunable): stable across renames (sdb today, sdc after a reboot).
 SettingKey = tuple[str, str]
@@ -127,24 +127,19 @@ def _show(value: Value | None) -> str:
     return "(unset)" if value is None else str(value)
 
 
-def _same_want(before: DeviceSetting, source: Source, desired: Value) -> bool:
-    return (before.profile, before.generation, before.desired) == (
-        source.profile, source.generation, desired)
-
-
 def decide(view: HostView, plan: Plan, boot_id: str) -> Decision:
     """``plan`` is the planner's answer for ``view.profiles`` on what the agent reports now."""
     generations = view.generations()
-    rebooted = bool(view.checked_boot_id) and bool(boot_id) and boot_id != view.checked_boot_id
-    cause = REBOOTED if rebooted else RUNTIME
+    booted = rebooted(view.checked_boot_id, boot_id)
+    cause = REBOOTED if booted else RUNTIME
     before = {(d.deviceId, d.tunable): d for d in view.devices}
-    plan = holding_kernel_refusals(plan, view.devices, rebooted=rebooted)
+    plan = holding_kernel_refusals(plan, view.devices, rebooted=booted)
     drifted: set[SettingKey] = set()
     new_drift: list[Drift] = []
     for want in plan.desired:
         key = (want.device_id, want.tunable)
         last = before.get(key)
-        if want.in_sync or last is None or not _same_want(last, want.source, want.desired):
+        if want.in_sync or last is None or not same_want(last, want.source, want.desired):
             continue
         if last.inSync:
             new_drift.append(Drift(want.device, want.device_id, want.tunable, want.observed,

@@ -22,7 +22,7 @@ from stortune.server.controller import request_reconcile
 from stortune.server.db.tables import Host, Profile
 from stortune.server.errors import AlreadyExists, Cause, Conflict, Invalid, NotFound
 from stortune.server.models.common import unstorable
-from stortune.server.models.hosts import holding_kernel_refusals, settings_table
+from stortune.server.models.hosts import holding_kernel_refusals, rebooted, settings_table
 from stortune.server.models.meta import parse_resource_version
 from stortune.server.services import events, finalizers, hosts
 from stortune.server.services.finalizers import FINALIZER
@@ -334,11 +334,10 @@ def plans(session: Session, put: Sequence[StorageProfile] = (), delete: Collecti
                 selected.append(parsed[row.name])
         # As the reconciler plans: with the values the kernel refused when written, as the host's
         # agent last reported them, held as errors (the agent would report them again).
-        status, boot = host.status, host.boot_id
-        checked = status.get("checkedBootId")
         result[host.name] = holding_kernel_refusals(
             plan(selected, topology, stripe_cache_ram_share=ram_share),
-            settings_table(status.get("devices", [])), rebooted=bool(checked and boot and boot != checked))
+            settings_table(host.status.get("devices", [])),
+            rebooted=rebooted(host.status.get("checkedBootId"), host.boot_id))
     return result
 
 
