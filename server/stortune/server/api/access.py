@@ -73,6 +73,14 @@ def bearer_secret(authorization: str | None) -> str:
     return secret
 
 
+#: Keeps session digests apart from token digests in the Authenticator's one cache.
+_SESSION_KEY = "s:"
+
+
+def _session_digest(secret: str) -> str:
+    return _SESSION_KEY + secret_hash(secret)
+
+
 class Authenticator:
     """Bearer secret -> Principal, with a small cache of accepted tokens."""
 
@@ -92,7 +100,7 @@ class Authenticator:
     def digest_of(authorization: str | None, session: str | None) -> str | None:
         """The cache key of a call's credentials (None: it has none that could be valid)."""
         if session is not None:
-            return "s:" + secret_hash(session)
+            return _session_digest(session)
         try:
             return secret_hash(bearer_secret(authorization))
         except Unauthorized:
@@ -105,9 +113,7 @@ class Authenticator:
 
     async def authenticate_session(self, secret: str) -> Principal:
         """The principal of a dashboard session cookie: its token's, expiring with the earlier."""
-        # "s:" keeps session digests apart from token digests in the one cache.
-        digest = "s:" + secret_hash(secret)
-        return await self._principal(digest, self._lookup_session, _SESSION_HINT, "session",
+        return await self._principal(_session_digest(secret), self._lookup_session, _SESSION_HINT, "session",
                                      _SESSION_REFUSALS.__getitem__)
 
     async def _principal(self, digest: str, lookup: Callable[[str, datetime], Principal | Refusal],
@@ -135,7 +141,7 @@ class Authenticator:
     def forget_session(self, secret: str) -> None:
         """Drop one session from the cache (it was signed out)."""
         with self._lock:
-            self._cache.pop("s:" + secret_hash(secret), None)
+            self._cache.pop(_session_digest(secret), None)
 
     def _cached(self, digest: str, now: datetime) -> Principal | None:
         with self._lock:
@@ -164,7 +170,7 @@ class Authenticator:
     def _lookup_session(self, digest: str, now: datetime) -> Principal | Refusal:
         try:
             with self._sessions() as session:
-                return ui_sessions.find(session, digest.removeprefix("s:"), now)
+                return ui_sessions.find(session, digest.removeprefix(_SESSION_KEY), now)
         except SQLAlchemyError as exc:
             raise Unavailable(f"cannot check the session: database unavailable ({type(exc).__name__})"
                               ) from None
