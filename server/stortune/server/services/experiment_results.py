@@ -94,18 +94,12 @@ def store(session: Session, exp: TuningExperiment, experiment_id: str, profile: 
     created_by = session.scalar(select(Experiment.created_by).where(Experiment.id == experiment_id)) or ""
     who, gone = creator(session, created_by)
     method, code, cause = "POST", 403, Cause("", gone) if gone else None
-    # Two hosts of a fleet may end at once: the one whose write finds the profile just made (or
-    # rewritten) reads it again, and when it is this experiment's own it is rewritten once more;
-    # anything else is left as it is.
-    for _ in range(2 if cause is None else 0):
+    if cause is None:
         method, code, cause = _write(session, exp, experiment_id, profile, now)
-        if code != 409 or cause is None:
-            break
-        row = session.get(Profile, profile.name)
-        mine = row is not None and row.annotations.get(RESULT_OF) == experiment_id
-        session.rollback()
-        if not mine:
-            break
+        # Two hosts of a fleet may end at once: the one whose write finds the profile just made
+        # (or rewritten) by this experiment writes once more; anything else is left as it is.
+        if code == 409 and _stored_by(session, profile.name, experiment_id):
+            method, code, cause = _write(session, exp, experiment_id, profile, now)
     if who is not None:
         path = f"/api/v1/profiles/{profile.name}"
         audit.record(session, audit.Call(principal=who, method=method, path=path,
@@ -118,6 +112,14 @@ def store(session: Session, exp: TuningExperiment, experiment_id: str, profile: 
     _event(session, experiment_id, "Warning", "ResultNotStored",
            f"the recommended StorageProfile {profile.name} was not stored: {cause.message}", now=now)
     return Stored(profile.name, cause.message)
+
+
+def _stored_by(session: Session, name: str, experiment_id: str) -> bool:
+    """Whether the profile ``name`` is one this experiment stored (read in a transaction of its own)."""
+    row = session.get(Profile, name)
+    mine = row is not None and row.annotations.get(RESULT_OF) == experiment_id
+    session.rollback()
+    return mine
 
 
 def _write(session: Session, exp: TuningExperiment, experiment_id: str, profile: StorageProfile,
