@@ -361,8 +361,10 @@ def launch(args: argparse.Namespace, hosts: int, stack: contextlib.ExitStack,
                  if args.heartbeat else [])
     # One after another: the first migrates the database and makes the tokens and the agents' CA
     # (in the shared --pki-dir) that the others then find.
+    # Ports from the caller's --port / --agent-port when it has them (bench/rollout.py), else free ones.
+    first_port = getattr(args, "port", None)
     for i in range(args.replicas):
-        port = free_port()
+        port = first_port + i if first_port else free_port()
         fleet.urls.append(f"http://127.0.0.1:{port}")
         fleet.servers.append(subprocess.Popen(
             [str(BIN / "stortune-server"), "--db", fleet.db_url, "--state-dir", str(work / f"server-{i}"),
@@ -375,7 +377,8 @@ def launch(args: argparse.Namespace, hosts: int, stack: contextlib.ExitStack,
            "STORTUNE_AGENT_TOKEN": (work / "server-0/agent-bootstrap.token").read_text().strip()}
     servers = ",".join(fleet.urls)
     stack.callback(_stop, fleet.agents)
-    port = free_port()  # every hollow host listens on its own 127.1.X.Y with this port
+    # every hollow host listens on its own 127.1.X.Y with this port
+    port = getattr(args, "agent_port", None) or free_port()
     fleet.agents_started = time.monotonic()
     for p in range(args.procs):
         command = ([sys.executable, str(ROOT / "bench/hollow.py"), "--server", servers,
@@ -501,7 +504,7 @@ def detail(args: argparse.Namespace, hosts: int) -> None:
         wait_for(f"{hosts} registered hosts", lambda: registered(base) >= hosts, 120, 0.5)
         print(f"{hosts} {args.agents} agents in {args.procs} processes registered in "
               f"{time.monotonic() - fleet.agents_started:.1f} s (includes building their fixture trees)")
-        wait_for("all hosts reachable", lambda: _all_settled(base), 120, 0.5)
+        wait_for("all hosts reachable", lambda: all_settled(base), 120, 0.5)
 
         # Agents learn the fleet's heartbeat pace (services/pacing.py) from their next
         # heartbeat: the first of them registered when the fleet was small.
@@ -620,7 +623,7 @@ def ready_count(base: str, generation: int) -> int:
     return int(applied.get("fleet-streaming", {}).get(str(generation), 0))
 
 
-def _all_settled(base: str) -> bool:
+def all_settled(base: str) -> bool:
     counts = summary(base)
     return bool(counts["conditions"]["Reachable"]["True"] == counts["hosts"])
 
