@@ -25,6 +25,7 @@ class Base(DeclarativeBase):
         dict[str, str]: JSONDoc,
         dict[str, int]: JSONDoc,
         list[str]: JSONDoc,
+        list[dict[str, Any]]: JSONDoc,
     }
 
 
@@ -508,3 +509,53 @@ class ShardLease(Base):
     owner: Mapped[str | None] = mapped_column(String(128))
     generation: Mapped[int] = mapped_column(BigInteger)
     expires_at: Mapped[datetime]
+
+
+class ProfileGeneration(Base):
+    """A profile as it was at one generation, kept while a rollout may pin a host to it.
+
+    ``spec`` None is a tombstone: the profile was deleted at this generation, and a host
+    pinned there holds nothing of it. Pruned to what the profile and its rollout still name."""
+
+    __tablename__ = "profile_generations"
+
+    profile: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    generation: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    spec: Mapped[dict[str, Any] | None]
+    created_at: Mapped[datetime]
+
+
+class Rollout(Base):
+    """The latest rollout of a profile (issue 27): the pure machine's state, stored as JSON.
+
+    ``phase`` mirrors ``state.phase`` for cheap listing; ``known`` the hosts the rollout has
+    seen (an enrolling host is one it has not); ``commands`` people's pending pause / resume /
+    undo. ``version`` fences writes as on Profile: a stale step fails instead of winning."""
+
+    __tablename__ = "rollouts"
+
+    profile: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    generation: Mapped[int]
+    phase: Mapped[str] = mapped_column(String(16))
+    state: Mapped[dict[str, Any]]
+    known: Mapped[list[str]]
+    commands: Mapped[list[dict[str, Any]]]
+    version: Mapped[int] = mapped_column(BigInteger)
+    updated_at: Mapped[datetime]
+
+    __mapper_args__ = {"version_id_col": version}
+    __table_args__ = (Index("ix_rollouts_phase", "phase"),)
+
+
+class RolloutPin(Base):
+    """The generation of a profile a host must hold while a rollout moves it (0, a tombstone, or
+    a generation whose selector leaves the host out: it holds nothing of the profile). No pin:
+    the host takes the profile's current generation."""
+
+    __tablename__ = "rollout_pins"
+
+    profile: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    generation: Mapped[int]
+
+    __table_args__ = (Index("ix_rollout_pins_host", "host"),)

@@ -1,0 +1,497 @@
+"""Progressive rollouts (issue 27): where the pure machine (schemas/rollout/machine.py) meets the
+database.
+
+A profile's new generation (create, replace, delete) starts a rollout in the same transaction
+as the profile write: the hosts whose desired state it changes are pinned at what they hold now
+(``rollout_pins``), and the machine's actions move pins wave after wave. A host's desired state
+(``desired``, read by the reconciler) is then, per profile, the generation it is pinned at (as
+stored in ``profile_generations``) or, without a pin, the profile's current generation. The
+driver (rollout_driver.py) feeds the machine observations and executes its actions through
+``execute``; people steer it through ``command``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+from pydantic import ValidationError
+from sqlalchemy import delete, select, tuple_
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm import Session, sessionmaker
+
+from stortune.schemas.planner import plan
+from stortune.schemas.profile import LabelSelector, StorageProfile
+from stortune.schemas.rollout import machine
+from stortune.schemas.rollout import waves as dealing
+from stortune.schemas.rollout.spec import RolloutSpec
+from stortune.schemas.topology import Topology
+from stortune.server.controller import request_reconcile
+from stortune.server.db.tables import Host, Profile, ProfileGeneration, Rollout, RolloutPin
+from stortune.server.errors import Cause, Conflict, Invalid, NotFound
+from stortune.server.services import events
+from stortune.server.services.versions import next_resource_version
+
+KIND = "StorageProfile"
+#: Pending commands a rollout keeps; the driver consumes them every step, so more is a flood.
+MAX_PENDING_COMMANDS = 16
+#: Hosts listed by ``status`` unless asked otherwise, and at most.
+DEFAULT_STATUS_HOSTS = 500
+MAX_STATUS_HOSTS = 10_000
+MAX_BY_LENGTH = 256
+_WARNINGS = frozenset({"HostFailed", "Halted", "RolledBack", "Undone"})
+_PINS_PER_STATEMENT = 500  # bound on a batched statement's parameters (SQLite allows 32,766)
+
+#: A host's desired state for one profile: (device id, tunable) -> (value, mode), plus its errors.
+DesiredMap = dict[tuple[str, ...], object]
+
+
+# -- starting ------------------------------------------------------------------------------
+def rollout_spec(profile: StorageProfile | None) -> RolloutSpec:
+    """The profile's spec.rollout, or the default waves."""
+    spec = None if profile is None else getattr(profile.spec, "rollout", None)
+    return spec if isinstance(spec, RolloutSpec) else RolloutSpec()
+
+
+def record_generation(session: Session, name: str, generation: int, spec: Mapping[str, Any] | None,
+                      now: datetime) -> None:
+    """Keep the profile as it is at ``generation`` (None: a tombstone, deleted at it)."""
+    session.merge(ProfileGeneration(profile=name, generation=generation,
+                                    spec=None if spec is None else dict(spec), created_at=now))
+
+
+def forget(session: Session, name: str) -> None:
+    """Drop every trace of a profile's rollouts: its row, its pins and its stored generations (a
+    profile created again under the name starts afresh)."""
+    session.execute(delete(Rollout).where(Rollout.profile == name))
+    session.execute(delete(ProfileGeneration).where(ProfileGeneration.profile == name))
+    if session.execute(delete(RolloutPin).where(RolloutPin.profile == name)).rowcount:
+        next_resource_version(session)
+
+
+def on_new_generation(session: Session, profile_name: str, before: StorageProfile | None,
+                      after: StorageProfile | None, generation: int, *,
+                      now: datetime) -> machine.RolloutState | None:
+    """Start (or supersede) the rollout of ``generation``: part of the caller's transaction.
+
+    ``before``: the profile at the generation it had (None: it did not exist); ``after``: at
+    ``generation`` (None: deleted, ``generation`` is its tombstone). Returns the new state, or
+    None when every host takes the generation at once (all-at-once, or no host's desired state
+    changes)."""
+    record_generation(session, profile_name, generation,
+                      None if after is None else _spec_document(after), now)
+    row = session.get(Rollout, profile_name)
+    live = row is not None and row.phase != "Complete"
+    old = machine.RolloutState.model_validate(row.state) if row is not None else None
+    spec = rollout_spec(after if after is not None else before)
+    if spec.strategy == "all-at-once":
+        _drop(session, profile_name, row)
+        return None
+    # The new rollout starts from the last completed generation: compare with what that holds,
+    # or a host a live rollout had not reached yet would skip its change.
+    base_profile = before
+    if live and old is not None and before is not None and old.last_completed != before.metadata.generation:
+        base_profile = at_generation(session, profile_name, old.last_completed, before)
+    previous = (old.last_completed if live and old is not None
+                else (before.metadata.generation or 0) if before is not None else 0)
+    hosts = concerned(session, base_profile, after)
+    if not hosts and not (live and old is not None and
+                          any(s.generation != old.last_completed for s in old.hosts.values())):
+        _drop(session, profile_name, row)
+        return None
+    stamp = now.timestamp()
+    if live and old is not None:
+        state, actions = machine.supersede(old, spec, generation, hosts, stamp)
+    else:
+        state, actions = machine.start(profile_name, spec, generation, previous, hosts, now=stamp)
+    if row is None:
+        row = Rollout(profile=profile_name, generation=generation, phase=state.phase,
+                      state=state.model_dump(mode="json"), known=sorted(state.hosts), commands=[],
+                      updated_at=now)
+        session.add(row)
+    else:
+        row.generation = generation
+        row.phase = state.phase
+        row.state = state.model_dump(mode="json")
+        row.known = sorted(state.hosts)
+        row.commands = []
+        row.updated_at = now
+    session.execute(delete(RolloutPin).where(RolloutPin.profile == profile_name))
+    write_pins(session, profile_name, {h: hs.generation for h, hs in state.hosts.items()})
+    execute(session, state, actions, now)
+    prune(session, profile_name, {generation, state.previous, *(s.generation for s in state.hosts.values())})
+    request_wake(session)
+    return state
+
+
+def _drop(session: Session, name: str, row: Rollout | None) -> None:
+    """No rollout: every host takes the profile's current generation at once."""
+    if row is not None:
+        session.delete(row)
+    if session.execute(delete(RolloutPin).where(RolloutPin.profile == name)).rowcount:
+        next_resource_version(session)
+
+
+def _spec_document(profile: StorageProfile) -> dict[str, Any]:
+    return profile.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def at_generation(session: Session, name: str, generation: int,
+                  like: StorageProfile | None = None) -> StorageProfile | None:
+    """The profile as stored at ``generation`` (metadata from ``like``); None: a tombstone, 0,
+    or not stored."""
+    if generation <= 0:
+        return None
+    found = session.get(ProfileGeneration, (name, generation))
+    if found is None or found.spec is None:
+        return None
+    return _parsed(name, generation, found.created_at, found.spec, like)
+
+
+def concerned(session: Session, before: StorageProfile | None, after: StorageProfile | None) -> list[str]:
+    """Hosts whose desired state the change from ``before`` to ``after`` changes, planned on each
+    host's stored topology (one query for the hosts; a host without a topology is concerned when
+    either version selects it)."""
+    selectors = [p.spec.hostSelector for p in (before, after) if p is not None and p.spec.hostSelector]
+    if not selectors:
+        return []
+    rows = session.execute(select(Host.name, Host.labels, Host.reported_labels, Host.topology_hash,
+                                  Host.topology)).all()
+    parsed: dict[str, Topology | None] = {}
+    before_maps: dict[str, DesiredMap] = {}
+    after_maps: dict[str, DesiredMap] = {}
+    unknown: list[str] = []
+    for name, api, reported, digest, raw in rows:
+        labels = {**reported, **api}
+        takes = [(p, maps) for p, maps in ((before, before_maps), (after, after_maps))
+                 if p is not None and _selects(p.spec.hostSelector, labels)]
+        if not takes:
+            continue
+        key = digest or f"host:{name}"
+        if key not in parsed:
+            parsed[key] = _topology(raw)
+        topology = parsed[key]
+        if topology is None:
+            unknown.append(name)
+            continue
+        for profile, maps in takes:
+            maps[name] = desired_map(profile, topology)
+    return sorted({*machine.concerned(before_maps, after_maps), *unknown})
+
+
+def _selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
+    return selector is not None and selector.matches(dict(labels))
+
+
+def _topology(raw: Mapping[str, Any] | None) -> Topology | None:
+    if raw is None:
+        return None
+    try:
+        return Topology.model_validate(raw)
+    except ValidationError:
+        return None
+
+
+def desired_map(profile: StorageProfile, topology: Topology) -> DesiredMap:
+    """What ``profile`` alone makes the host hold: each setting's value and mode, and the settings
+    it cannot make (a rejected value changes what the host reports, so it counts as a change)."""
+    result = plan([profile], topology)
+    out: DesiredMap = {(d.device_id, d.tunable): (d.desired, d.source.mode) for d in result.desired}
+    for r in result.rejections:
+        out[("rejected", r.device_id, r.tunable)] = (r.value, r.fatal)
+    return out
+
+
+# -- pins ------------------------------------------------------------------------------------
+def write_pins(session: Session, profile: str, pins: Mapping[str, int]) -> None:
+    """Upsert ``pins`` (host -> generation) in batches; bumps the resourceVersion so the
+    reconciler's cached host views are read again."""
+    if not pins:
+        return
+    next_resource_version(session)
+    values = [{"profile": profile, "host": h, "generation": g} for h, g in sorted(pins.items())]
+    dialect = session.get_bind().dialect.name
+    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    for start in range(0, len(values), _PINS_PER_STATEMENT):
+        stmt = insert(RolloutPin).values(values[start:start + _PINS_PER_STATEMENT])
+        stmt = stmt.on_conflict_do_update(index_elements=["profile", "host"],
+                                          set_={"generation": stmt.excluded.generation})
+        session.execute(stmt.execution_options(synchronize_session=False))
+
+
+def pins_of(session: Session, profile: str) -> dict[str, int]:
+    """host -> pinned generation of ``profile``."""
+    return dict(session.execute(select(RolloutPin.host, RolloutPin.generation)
+                                .where(RolloutPin.profile == profile)).tuples().all())
+
+
+def release(session: Session, profile: str) -> None:
+    """A rollout completed: its pins go (every host takes the current generation) and the stored
+    generations no longer referenced with them."""
+    if session.execute(delete(RolloutPin).where(RolloutPin.profile == profile)).rowcount:
+        next_resource_version(session)
+    row = session.get(Rollout, profile)
+    keep = set()
+    if row is not None:
+        keep |= {row.generation, int(row.state.get("previous", 0))}
+    prune(session, profile, keep)
+
+
+def prune(session: Session, profile: str, keep: Collection[int]) -> None:
+    """Drop the profile's stored generations other than ``keep`` and its current one."""
+    current = session.scalar(select(Profile.generation).where(Profile.name == profile))
+    kept = {*keep, *(() if current is None else (current,))}
+    session.execute(delete(ProfileGeneration).where(ProfileGeneration.profile == profile,
+                                                    ProfileGeneration.generation.not_in(kept)))
+
+
+# -- executing -------------------------------------------------------------------------------
+def execute(session: Session, state: machine.RolloutState, actions: Sequence[machine.Action],
+            now: datetime) -> list[str]:
+    """Carry out a step's actions in the caller's transaction; the hosts to reconcile (asked for
+    after commit)."""
+    profile = state.profile
+    pins: dict[str, int] = {}
+    for action in actions:
+        if isinstance(action, machine.Advance | machine.Revert | machine.Hold):
+            pins[action.host] = action.generation
+        elif isinstance(action, machine.StartAnalysis):
+            _start_analysis(session, state, action, now)
+        elif isinstance(action, machine.Event):
+            events.record(session, kind=KIND, name=profile, profile=profile,
+                          type="Warning" if action.reason in _WARNINGS else "Normal",
+                          reason=action.reason, message=action.message, now=now)
+    write_pins(session, profile, pins)
+    hosts = sorted(pins)
+    request_reconcile(session, hosts, f"rollout of {profile}")
+    return hosts
+
+
+def _start_analysis(session: Session, state: machine.RolloutState, action: machine.StartAnalysis,
+                    now: datetime) -> None:
+    try:
+        from stortune.server import rollout_analysis  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return  # not wired yet: a host of a gated wave waits for its before-run
+    rollout_analysis.start(session, state, action.host, action.stage, now)
+
+
+# -- the host's desired state ----------------------------------------------------------------
+class _Parsed:
+    """Parsed stored generations by (profile, generation, stored at): a stored generation never
+    changes, and a profile created again stores its generations anew (a new ``created_at``)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self._size = size
+        self._found: OrderedDict[tuple[str, int, datetime], StorageProfile] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int, datetime]) -> StorageProfile | None:
+        with self._lock:
+            found = self._found.get(key)
+            if found is not None:
+                self._found.move_to_end(key)
+            return found
+
+    def put(self, key: tuple[str, int, datetime], profile: StorageProfile) -> None:
+        with self._lock:
+            self._found[key] = profile
+            while len(self._found) > self._size:
+                self._found.popitem(last=False)
+
+
+_PARSED = _Parsed()
+
+
+def _parsed(name: str, generation: int, created_at: datetime, spec: Mapping[str, Any],
+            like: StorageProfile | Profile | None) -> StorageProfile:
+    key = (name, generation, created_at)
+    found = _PARSED.get(key)
+    if found is None:
+        labels: dict[str, str] = {}
+        annotations: dict[str, str] = {}
+        if isinstance(like, Profile):
+            labels, annotations = like.labels, like.annotations
+        elif like is not None:
+            labels, annotations = like.metadata.labels, like.metadata.annotations
+        found = StorageProfile.model_validate({
+            "metadata": {"name": name, "labels": labels, "annotations": annotations,
+                         "generation": generation},
+            "spec": dict(spec)})
+        _PARSED.put(key, found)
+    return found
+
+
+def desired(session: Session, host_name: str, selecting_rows: Sequence[Profile], *,
+            labels: Mapping[str, str], invalid: dict[str, str] | None = None) -> list[StorageProfile]:
+    """The profiles ``host_name`` must run, each at the generation it must hold: a pinned
+    profile at its pin (nothing when the pin is 0, a tombstone, or a generation whose selector
+    leaves the host out; a profile being deleted is kept while pinned at a live generation), an
+    unpinned selecting profile at its current generation. ``invalid`` collects the profiles this
+    version refuses (name -> why), as the reconciler reports them."""
+    from stortune.server.services import profiles  # profiles imports this module
+
+    pins = dict(session.execute(select(RolloutPin.profile, RolloutPin.generation)
+                                .where(RolloutPin.host == host_name)).tuples().all())
+    rows = {r.name: r for r in selecting_rows}
+    missing = sorted(set(pins) - set(rows))
+    if missing:
+        rows.update({r.name: r for r in session.scalars(select(Profile).where(Profile.name.in_(missing)))})
+    wanted = [(name, g) for name, g in pins.items() if name in rows and g > 0 and g != rows[name].generation]
+    stored: dict[tuple[str, int], ProfileGeneration] = {}
+    if wanted:
+        stored = {(r.profile, r.generation): r for r in session.scalars(select(ProfileGeneration).where(
+            tuple_(ProfileGeneration.profile, ProfileGeneration.generation).in_(wanted)))}
+    out: list[StorageProfile] = []
+    for name in sorted(rows):
+        row = rows[name]
+        pin = pins.get(name)
+        try:
+            if pin is None:
+                if row.deletion_timestamp is None and name in {r.name for r in selecting_rows}:
+                    out.append(profiles.stored_profile(row))
+                continue
+            if pin <= 0:
+                continue
+            if pin == row.generation:
+                # Its current generation, also while it is being deleted (the tombstone is newer).
+                found: StorageProfile | None = profiles.stored_profile(row)
+            else:
+                kept = stored.get((name, pin))
+                found = (None if kept is None or kept.spec is None
+                         else _parsed(name, pin, kept.created_at, kept.spec, row))
+        except (profiles.StoredProfileInvalid, ValidationError) as exc:
+            if invalid is not None:
+                invalid[name] = (str(exc) if isinstance(exc, ValidationError)
+                                 else "; ".join(f"{c.field}: {c.message}" for c in exc.causes))
+            continue
+        if found is not None and _selects(found.spec.hostSelector, labels):
+            out.append(found)
+    return out
+
+
+def held_live(session: Session, profile: str) -> list[str]:
+    """Hosts pinned at a generation of ``profile`` that holds something (not 0, not a
+    tombstone): a profile being deleted waits for them as for hosts that report it applied."""
+    pins = pins_of(session, profile)
+    if not pins:
+        return []
+    live = {g for g, spec in session.execute(
+        select(ProfileGeneration.generation, ProfileGeneration.spec).where(
+            ProfileGeneration.profile == profile, ProfileGeneration.generation.in_(set(pins.values()))))
+        if spec is not None}
+    return sorted(h for h, g in pins.items() if g in live)
+
+
+# -- reading and steering --------------------------------------------------------------------
+def _iso(stamp: float | None) -> str | None:
+    return None if stamp is None else datetime.fromtimestamp(stamp, UTC).isoformat()
+
+
+def status(session: Session, profile: str, limit: int = DEFAULT_STATUS_HOSTS) -> dict[str, Any] | None:
+    """The rollout of ``profile`` as the REST API shows it; None when it has none."""
+    row = session.get(Rollout, profile)
+    if row is None:
+        return None
+    limit = max(0, min(limit, MAX_STATUS_HOSTS))
+    state = machine.RolloutState.model_validate(row.state)
+    per_wave: list[dict[str, Any]] = [
+        {"number": i + 1, "hosts": 0, "stages": dict.fromkeys(get_args(machine.Stage), 0)}
+        for i in range(state.waves)]
+    for hs in state.hosts.values():
+        if 0 <= hs.wave < len(per_wave):
+            per_wave[hs.wave]["hosts"] += 1
+            per_wave[hs.wave]["stages"][hs.stage] += 1
+    open_members = sum(1 for hs in state.hosts.values() if hs.wave == state.wave)
+    listed = sorted(state.hosts.items(), key=lambda kv: (kv[1].wave, kv[0]))[:limit]
+    return {
+        "profile": profile,
+        "generation": state.generation,
+        "previous": state.previous,
+        "phase": state.phase,
+        "reason": state.reason,
+        "rollback": state.rollback,
+        "rolledBack": state.rolledBack,
+        "wave": state.wave + 1,
+        "waves": per_wave,
+        "counts": machine.counts(state),
+        "failures": state.failures,
+        "excused": state.excused,
+        "maxFailures": dealing.max_failures(state.spec, len(state.hosts)),
+        "maxUnavailable": dealing.max_unavailable(state.spec, open_members),
+        "soakSince": _iso(state.soakSince),
+        "started": _iso(state.started),
+        "updated": row.updated_at.isoformat(),
+        "hosts": [{"name": h, "wave": hs.wave + 1, "generation": hs.generation, "stage": hs.stage,
+                   "failure": hs.failure, "verdict": hs.verdict} for h, hs in listed],
+        "hostsListed": len(listed),
+        "hostsTotal": len(state.hosts),
+        "analysis": _analysis(session, state),
+        "version": row.version,
+        "pendingCommands": list(row.commands),
+    }
+
+
+def _analysis(session: Session, state: machine.RolloutState) -> list[Any]:
+    try:
+        from stortune.server import rollout_analysis  # type: ignore[attr-defined,unused-ignore]
+    except ImportError:
+        return []
+    report = getattr(rollout_analysis, "status", None)
+    return list(report(session, state)) if report is not None else []
+
+
+def command(session: Session, profile: str, command: str, by: str, now: datetime) -> dict[str, Any]:
+    """Queue ``command`` (pause, resume, undo) for the driver's next step; commits. NotFound
+    without a rollout."""
+    if command not in get_args(machine.Command):
+        raise Invalid([Cause("command", f"{command[:40]!r} is not a rollout command: pause, resume or undo")],
+                      kind="Rollout", name=profile)
+    row = session.get(Rollout, profile)
+    if row is None:
+        raise NotFound("Rollout", profile)
+    if len(row.commands) >= MAX_PENDING_COMMANDS:
+        raise Conflict(f'the rollout of "{profile}" already has {len(row.commands)} pending commands; '
+                       "wait for the driver to take them", kind="Rollout", name=profile)
+    by = by[:MAX_BY_LENGTH]
+    row.commands = [*row.commands, {"command": command, "by": by, "at": now.isoformat()}]
+    row.updated_at = now
+    events.record(session, kind=KIND, name=profile, profile=profile, type="Normal",
+                  reason=f"{command.capitalize()}Requested", message=f"{command} requested by {by}", now=now)
+    request_wake(session)
+    session.commit()
+    found = status(session, profile)
+    assert found is not None
+    return found
+
+
+# -- waking the driver -----------------------------------------------------------------------
+_WAKE = "stortune.rollouts.wake"
+
+
+def request_wake(session: Session) -> None:
+    """Wake the rollout driver once this transaction commits (see ``bind``)."""
+    session.info[_WAKE] = True
+
+
+def bind(sessions: sessionmaker[Session], wake: Callable[[], None]) -> None:
+    """Call ``wake`` after each commit of a session of ``sessions`` that asked for it."""
+    from sqlalchemy import event
+
+    def after_commit(session: Session) -> None:
+        if session.info.pop(_WAKE, False):
+            wake()
+
+    def after_end(session: Session, transaction: Any) -> None:
+        if transaction.parent is None:
+            session.info.pop(_WAKE, None)
+
+    event.listen(sessions, "after_commit", after_commit)
+    event.listen(sessions, "after_transaction_end", after_end)
+
+
+def hosts_of(state: machine.RolloutState) -> Iterable[str]:
+    return state.hosts.keys()
