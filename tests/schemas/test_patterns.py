@@ -5,7 +5,6 @@ refused naming its field. Hostile cases first."""
 from __future__ import annotations
 
 import json
-import time
 from fnmatch import fnmatchcase
 from typing import Any
 
@@ -49,27 +48,25 @@ def nvme(model: str, name: str = "nvme0n1") -> Device:
 # -- hostile: time -------------------------------------------------------------------------
 def test_catastrophic_regex_against_a_40_character_model_is_planned_at_once() -> None:
     """Hostile: ``(.*.*)*X`` took 17 s in a dry run against a 16-character model and blocked the
-    whole control plane. RE2 runs it; planning a host with a 40-character model answers at once
-    (the bound is generous: the old code would not finish within a day)."""
+    whole control plane. RE2 runs it, so planning a host with a 40-character model completes:
+    Python's re would backtrack for longer than the universe has existed (ten times longer with
+    every two more characters), so finishing is the proof, with no clock to flake on a busy host."""
     profile = parse_profile(profile_doc({"model": CATASTROPHIC}))
     assert patterns.runs_on_re2(CATASTROPHIC)
     topology = Topology(hostname="h", kernel="6.1", devices=[nvme(MODEL_40), nvme(MODEL_40 + "X", "nvme1n1")])
-    started = time.monotonic()
     result = plan([profile], topology)
-    assert time.monotonic() - started < 1.0
     assert [(c.device, c.desired) for c in result.changes] == [("nvme1n1", 4096)]
     verdicts = {e.device: e.rules[0].reason for e in result.explanations}
     assert "does not match /(.*.*)*X/" in verdicts["nvme0n1"]
 
 
 def test_matching_time_grows_linearly_with_the_text() -> None:
-    """Hostile: the same pattern against a 100,000-character value, far beyond any sysfs attribute,
-    still answers well within a second (linear), where re would never finish."""
-    assert not patterns.regex_matches(CATASTROPHIC, "A" * 100_000)
-    started = time.monotonic()
-    for _ in range(10):
-        assert not patterns.regex_matches(CATASTROPHIC, "A" * 100_000)
-    assert time.monotonic() - started < 1.0
+    """Hostile: the same pattern against a 2,000,000-character value, far beyond any sysfs
+    attribute. The matcher is RE2's, and at this size even a quadratic matcher (4 * 10**12 steps)
+    would run for hours, let alone re's exponential one: the test completing is the proof."""
+    assert patterns.runs_on_re2(CATASTROPHIC)
+    assert not patterns.regex_matches(CATASTROPHIC, "A" * 2_000_000)
+    assert patterns.regex_matches(CATASTROPHIC, "A" * 2_000_000 + "X")
 
 
 def test_globs_with_many_stars_are_linear_too() -> None:
@@ -122,18 +119,19 @@ def test_hostile_a_profile_of_the_costliest_patterns_allowed_compiles_fast_and_s
     """Hostile: each pattern is bounded, but a profile holds 768 of them (256 rules, three regular
     expressions each). At the largest program allowed, ``\\pL{n}`` of 20 characters, each took
     ~35 ms to compile (holding the GIL: the control plane, and every agent it is sent to, stood
-    still 27 s for one document) and kept ~400 KiB in the cache (300 MiB)."""
+    still 27 s for one document) and kept ~400 KiB in the cache (300 MiB). Compiling costs in
+    proportion to the program, and so does what the cache keeps: the memory one document holds
+    measures both, without a clock (at the old bound it would be ~300 MiB, not under 64)."""
     costliest = next(n for n in range(1, 1001) if not _allowed(f"\\pL{{{n + 1}}}"))
     rules = [{"name": f"r{i}", "settings": {"read_ahead_kb": 4096},
               "match": {field: f"(?:{field[0]}{i}|\\pL{{{costliest}}})"
                         for field in ("model", "vendor", "driver")}}
              for i in range(256)]
     doc = {**profile_doc({}), "spec": {"rules": rules}}
-    before, started = _rss_mib(), time.monotonic()
+    before = _rss_mib()
     parse_profile(doc)
-    elapsed, grown = time.monotonic() - started, _rss_mib() - before
+    grown = _rss_mib() - before
     assert grown < 64, f"{grown:.0f} MiB held by one document's patterns"
-    assert elapsed < 10, f"{elapsed:.1f} s to validate one document"
 
 
 def _allowed(pattern: str) -> bool:

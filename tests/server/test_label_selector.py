@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from stortune.server.api.label_selector import parse
@@ -39,19 +37,25 @@ def test_syntax_errors(text: str) -> None:
     assert err.value.causes[0].field == "labelSelector"
 
 
+#: Each run is 50 times the 20,000 characters that took the old quadratic expressions 5 and 12 s:
+#: 2,500 times as long for them (hours), a fraction of a second for linear ones.
+RUN = 1_000_000
+
+
 @pytest.mark.parametrize("text", [
-    "a" * 20_000 + "=" + " " * 20_000 + "!",          # two runs of spaces around an empty value
-    " " * 20_000 + "!" + " " * 20_000 + "a b",        # around the optional '!'
-    "a" * 20_000 + " " * 20_000 + "in" + " " * 20_000,
-])
+    "a" * RUN + "=" + " " * RUN + "!",                # two runs of spaces around an empty value
+    " " * RUN + "!" + " " * RUN + "a b",              # around the optional '!'
+    "a" * RUN + " " * RUN + "in" + " " * RUN,
+], ids=["empty-value", "optional-bang", "set"])
 def test_hostile_a_long_selector_is_refused_in_linear_time(text: str) -> None:
     """Hostile: the query syntax is also read from request bodies (a baseline's hostSelector), which
-    bound it only to the body size. These 40,000-character texts took 5 and 12 s (quadratic: an
-    8 MiB body, days) with the GIL held; refused at once now (the bound is generous)."""
-    started = time.monotonic()
-    with pytest.raises(Invalid):
+    bound it only to the body size. 40,000-character texts like these took 5 and 12 s (quadratic)
+    with the GIL held. parse() itself takes any length (the callers bound it: see
+    test_benchmark_results), so these are scaled until only linear parsing can finish: the test
+    completing is the proof, with no clock to flake on a busy host."""
+    with pytest.raises(Invalid) as refused:
         parse(text)
-    assert time.monotonic() - started < 1.0
+    assert [c.field for c in refused.value.causes] == ["labelSelector"]
 
 
 def test_selectors_keep_their_meaning_with_spaces_anywhere() -> None:
