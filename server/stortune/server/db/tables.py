@@ -559,3 +559,21 @@ class RolloutPin(Base):
     generation: Mapped[int]
 
     __table_args__ = (Index("ix_rollout_pins_host", "host"),)
+
+
+class RolloutAnalysis(Base):
+    """A canary's benchmark evidence in a rollout (issue 27, point 2): its before- and after-run
+    (``benchmark_runs`` ids, no foreign key: a run may be pruned, the verdict stays) and the
+    noise rule's verdict; ``detail`` the spec both run, the device, the figures and the reason."""
+
+    __tablename__ = "rollout_analyses"
+
+    profile: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    generation: Mapped[int] = mapped_column(primary_key=True, autoincrement=False)
+    host: Mapped[str] = mapped_column(String(NAME_LENGTH), primary_key=True)
+    before_run: Mapped[str | None] = mapped_column(String(64))
+    after_run: Mapped[str | None] = mapped_column(String(64))
+    verdict: Mapped[str | None] = mapped_column(String(16))
+    detail: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime]
+    updated_at: Mapped[datetime]

@@ -1,6 +1,7 @@
 """Progressive rollouts (issue 27): ``profile_generations`` (a profile as it was at a
-generation, None a tombstone), ``rollouts`` (a profile's latest rollout: the machine's state)
-and ``rollout_pins`` (the generation a host must hold while a rollout moves it).
+generation, None a tombstone), ``rollouts`` (a profile's latest rollout: the machine's state),
+``rollout_pins`` (the generation a host must hold while a rollout moves it) and
+``rollout_analyses`` (a canary's before- and after-run and the noise rule's verdict).
 
 Revision ID: 0017
 Revises: 0016
@@ -52,9 +53,22 @@ def upgrade() -> None:
         sa.Column("generation", sa.Integer(), nullable=False),
     )
     op.create_index("ix_rollout_pins_host", "rollout_pins", ["host"])
+    op.create_table(
+        "rollout_analyses",
+        sa.Column("profile", NAME, primary_key=True),
+        sa.Column("generation", sa.Integer(), primary_key=True, autoincrement=False),
+        sa.Column("host", NAME, primary_key=True),
+        sa.Column("before_run", sa.String(64), nullable=True),
+        sa.Column("after_run", sa.String(64), nullable=True),
+        sa.Column("verdict", sa.String(16), nullable=True),
+        sa.Column("detail", JSON, nullable=False),
+        sa.Column("created_at", TIME, nullable=False),
+        sa.Column("updated_at", TIME, nullable=False),
+    )
 
 
 def downgrade() -> None:
+    op.drop_table("rollout_analyses")
     op.drop_index("ix_rollout_pins_host", "rollout_pins")
     op.drop_table("rollout_pins")
     op.drop_index("ix_rollouts_phase", "rollouts")
