@@ -71,8 +71,9 @@ def exported_names() -> set[str]:
     """Every series name /metrics can serve, histogram and counter suffixes included."""
     from stortune.server.metrics.exposition import FAMILIES, OTHER_FAMILIES
     from stortune.server.metrics.recorder import Recorder
+    from stortune.server.metrics.rollouts import FAMILIES as ROLLOUT_FAMILIES
 
-    names = {name for name, _, _ in FAMILIES} | set(OTHER_FAMILIES)
+    names = {name for name, _, _ in FAMILIES} | set(OTHER_FAMILIES) | {name for name, _ in ROLLOUT_FAMILIES}
     for family in Recorder().registry.collect():
         suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count")
                     }.get(family.type, ("",))

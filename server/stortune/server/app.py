@@ -33,6 +33,7 @@ from stortune.server.db.migrate import upgrade
 from stortune.server.metrics import Recorder
 from stortune.server.metrics.exposition import FleetExposition
 from stortune.server.metrics.http import RequestMetrics
+from stortune.server.metrics.rollouts import RolloutGauges
 from stortune.server.reconciler import Reconciler
 from stortune.server.services.agent_pki import AgentPki
 from stortune.server.services.fleet_state import FleetState
@@ -186,6 +187,7 @@ def create_app(
     app.state.metrics = recorder
     app.state.fleet = fleet  # the scrape's, the host list's and the summaries' in-memory index
     app.state.metrics_fleet = FleetExposition(app.state.fleet, Regressions(sessions))
+    app.state.metrics_rollouts = RolloutGauges(sessions)  # one query of the rollouts table per change
     app.state.fleet_size = FleetSize(sessions)
     app.state.session_closers = anyio.CapacityLimiter(API_THREADS)  # see api/deps.py
     app.state.document_parsers = Parsers(settings.document_parsers)  # off the event loop, bounded

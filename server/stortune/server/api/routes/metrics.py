@@ -16,6 +16,7 @@ from stortune.server.api.security import Authorized
 from stortune.server.auth import Permission, Principal
 from stortune.server.metrics.exposition import FleetExposition
 from stortune.server.metrics.recorder import Recorder
+from stortune.server.metrics.rollouts import RolloutGauges
 
 PATH = "/metrics"
 #: The classic text format, what both halves of the scrape are written in (and every Prometheus reads).
@@ -33,13 +34,15 @@ async def metrics(who: MetricsReader, request: Request) -> Response:
     state = request.app.state
     exposition: FleetExposition = state.metrics_fleet
     recorder: Recorder = state.metrics
+    rollouts: RolloutGauges = state.metrics_rollouts
 
     packed = "gzip" in request.headers.get("accept-encoding", "")
 
     def scrape() -> bytes:
         exposition.fleet.refresh()
         exposition.regressions.refresh()
-        body = recorder.render() + exposition.render()
+        rollouts.refresh()
+        body = recorder.render() + exposition.render() + rollouts.render().encode()
         # Prometheus asks for gzip; a large fleet's scrape shrinks about twentyfold in ~0.15 s
         # for 10,000 hosts (level 1: the label text repeats, more effort buys little).
         return gzip.compress(body, compresslevel=1, mtime=0) if packed else body
