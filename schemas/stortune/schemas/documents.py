@@ -128,7 +128,22 @@ def parse_profile(data: Any, where: str = "document") -> StorageProfile:
         meta = data.get("metadata")
         name = meta.get("name") if isinstance(meta, dict) else None
         label = f"{where} (StorageProfile/{name})" if name else where
-        raise DocumentError(validation_problems(exc, label)) from None
+        raise DocumentError(_rollout_paths(validation_problems(exc, label))) from None
+
+
+def _rollout_paths(problems: list[Problem]) -> list[Problem]:
+    """``spec.rollout`` problems named as rollout/spec.parse_rollout names them: without the
+    benchmark's union tag, a validator's ``@sub.path`` moved onto the path."""
+    out = []
+    for problem in problems:
+        if problem.path == "spec.rollout" or problem.path.startswith("spec.rollout."):
+            path = re.sub(r"^(spec\.rollout\.analysis\.benchmark)\.(?:spec|preset|workload)(?=\.|$)", r"\1",
+                          problem.path)
+            path, message = with_subpath(path, problem.message)
+            out.append(Problem(problem.where, path, message))
+        else:
+            out.append(problem)
+    return out
 
 
 def load_yaml_documents(text: str, source: str = "<input>") -> list[tuple[str, Any]]:

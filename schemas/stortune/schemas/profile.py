@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
+from pydantic_core import core_schema
 
 from stortune.schemas import catalog, patterns, sizes
 from stortune.schemas.catalog import Tunable, TunableValueError
@@ -396,6 +397,35 @@ def pattern_count(rules: object) -> int:
     return total
 
 
+class _LazyRolloutSpec:
+    """``spec.rollout``'s type. The rollout models (schemas/rollout/spec.py) import the documents,
+    which import this module, and the benchmark and tuning models an agent loads only on demand:
+    they are imported when a profile carrying ``spec.rollout`` is validated (the control plane
+    sends none to the agents) or its schema exported."""
+
+    @staticmethod
+    def _validate(value: Any) -> Any:
+        from stortune.schemas.rollout.spec import RolloutSpec as _RolloutSpec
+
+        return _RolloutSpec.model_validate(value)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: Any) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(cls._validate)
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, schema: core_schema.CoreSchema, handler: Any) -> Any:
+        from stortune.schemas.rollout.spec import RolloutSpec as _RolloutSpec
+
+        return handler(_RolloutSpec.__pydantic_core_schema__)
+
+
+if TYPE_CHECKING:
+    from stortune.schemas.rollout.spec import RolloutSpec
+else:
+    RolloutSpec = _LazyRolloutSpec
+
+
 class ProfileSpec(_Doc):
     hostSelector: LabelSelector | None = Field(
         default=None, description="Hosts this profile applies to (used by the control plane)"
@@ -408,6 +438,9 @@ class ProfileSpec(_Doc):
     )
     mode: Literal["enforce", "audit"] = "enforce"
     rules: list[Rule] = Field(min_length=1, max_length=256)
+    rollout: RolloutSpec | None = Field(default=None, description=(
+        "How a new generation reaches the hosts it changes (issue 27): waves, health gates,"
+        " analysis; default: a canary host, then 10%, then every host"))
 
     @model_validator(mode="before")
     @classmethod
