@@ -61,6 +61,9 @@ class FakeControlPlane:
     #: None: a control plane without watches (404, as before they existed); else how long it
     #: holds one.
     watch_s: float | None = None
+    #: Ends every hold now (set when the fixture ends); ``holding`` counts the watches held now.
+    released: threading.Event = field(default_factory=threading.Event)
+    holding: int = 0
 
     def kind(self, method: str, path: str) -> str:
         if path == "/api/v1/agents/register":
@@ -89,7 +92,13 @@ class FakeControlPlane:
         if kind == "topology":
             return 200, {}
         if kind == "watch" and self.watch_s is not None:
-            time.sleep(self.watch_s)
+            with self.lock:
+                self.holding += 1
+            try:
+                self.released.wait(self.watch_s)
+            finally:
+                with self.lock:
+                    self.holding -= 1
             return 200, {"watch_s": self.watch_s, "topology_wanted": False}
         return 404, {"detail": "no such route"}
 
@@ -141,6 +150,7 @@ def plane() -> Iterator[FakeControlPlane]:
     try:
         yield fake
     finally:
+        fake.released.set()
         server.shutdown()
         server.server_close()
         thread.join(5)
@@ -468,13 +478,19 @@ def test_a_watching_agent_sends_no_heartbeat_until_its_values_change(
 
 
 def test_stop_ends_a_held_watch_at_once(managed: Callable[..., Agent], plane: FakeControlPlane) -> None:
-    plane.watch_s = 60.0  # held far longer than a stop may take
+    """The control plane holds the watch until the test ends. stop() ends the agent's registration
+    thread while the watch is still held there: the agent cut its call short rather than waiting
+    for the answer (had it waited, the thread would still be blocked when stop() gives up
+    joining it)."""
+    plane.watch_s = 3600.0  # until released: the fixture's end
+    before = set(threading.enumerate())
     agent = managed()
-    plane.wait_for(lambda: len(plane.of("watch")) >= 1)
-    started = time.monotonic()
+    plane.wait_for(lambda: plane.holding == 1)
+    (registration,) = [t for t in threading.enumerate()
+                       if t not in before and t.name == "stortune-registration"]
     agent.stop()
-    took = time.monotonic() - started
-    assert took < 10, f"stop took {took:.1f} s with a watch held"
+    assert not registration.is_alive(), "the registration thread still waits on the held watch"
+    assert plane.holding == 1 and len(plane.of("watch")) == 1  # the hold the agent left
     registrar = agent.registrar
     assert registrar is not None and registrar.state == "registered"
 
