@@ -35,6 +35,7 @@ from stortune.server.metrics.exposition import FleetExposition
 from stortune.server.metrics.http import RequestMetrics
 from stortune.server.metrics.rollouts import RolloutGauges
 from stortune.server.reconciler import Reconciler
+from stortune.server.rollout_driver import RolloutDriver
 from stortune.server.services.agent_pki import AgentPki
 from stortune.server.services.fleet_state import FleetState
 from stortune.server.services.pacing import FleetSize
@@ -130,6 +131,11 @@ def create_app(
                                    interval=settings.experiment_interval_s,
                                    unreachable_timeout=settings.benchmark_unreachable_timeout_s,
                                    ownership=ownership, ram_share=settings.stripe_cache_ram_share)
+    # Progressive rollouts (issue 27): stepped when hosts report, through the reconciler's writes.
+    rollouts = RolloutDriver(sessions, fleet, clock=now, interval=settings.rollout_interval_s,
+                             ownership=ownership)
+    if isinstance(controller, Reconciler):
+        controller.listeners.append(rollouts.wake)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -143,11 +149,13 @@ def create_app(
             await running.start()
         await dispatcher.start()
         await experiments.start()
+        await rollouts.start()
         await watches.start()
         try:
             yield
         finally:
             await watches.stop()
+            await rollouts.stop()
             await experiments.stop()
             await dispatcher.stop()
             if running is not None:
@@ -177,6 +185,7 @@ def create_app(
     app.state.agents = agents
     app.state.benchmarks = dispatcher
     app.state.experiments = experiments
+    app.state.rollouts = rollouts
     app.state.watches = watches
     app.state.ownership = ownership
     app.state.agent_pki = pki

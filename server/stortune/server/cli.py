@@ -47,6 +47,8 @@ _TIMEOUTS = (
     ("--db-connect-timeout", "db_connect_timeout_s", "give up connecting to PostgreSQL after SECONDS"),
     ("--readiness-timeout", "readiness_timeout_s",
      "/healthz answers 503 when the database does not answer within SECONDS"),
+    ("--rollout-interval", "rollout_interval_s",
+     "step live rollouts every SECONDS, and at once when a host reports (at most 60)"),
 )
 #: The environment variable holding --stripe-cache-ram-share (deploy/stortune-server.default).
 RAM_SHARE_ENV = "STORTUNE_STRIPE_CACHE_RAM_SHARE"

@@ -82,6 +82,8 @@ class Settings(BaseModel):
     experiment_max_grid: int = Field(default=4096, ge=1, le=4096)
     # The experiment queue is looked at this often (and at once when one is submitted or cancelled).
     experiment_interval_s: float = Field(default=5, gt=0, le=60)
+    # Live rollouts are stepped this often, and at once when a host reports or a rollout changes.
+    rollout_interval_s: float = Field(default=1.0, gt=0, le=60)
     # Several servers on one PostgreSQL database divide the hosts into shards (shards/keeper.py).
     # A server that stops renewing its leases loses them after this long; it renews every third.
     shard_lease_s: float = Field(default=15, ge=1, le=300)

@@ -105,6 +105,8 @@ class Reconciler:
         self._workers: list[asyncio.Task[None]] = []
         self._loops: list[asyncio.Task[None]] = []
         self._takeovers: set[asyncio.Task[None]] = set()
+        #: Called (on the event loop) after host status writes: the rollout driver's wake.
+        self.listeners: list[Callable[[], None]] = []
 
     def enqueue(self, host: str, reason: str) -> None:
         """From any thread; before start() it is dropped (start() queues every host). A host
@@ -245,6 +247,8 @@ class Reconciler:
     def _summaries_due(self) -> None:
         if self._summaries is not None:
             self._summaries.set()
+        for listener in self.listeners:
+            listener()
 
     async def _summarize_when_due(self) -> None:
         assert self._summaries is not None

@@ -1,0 +1,290 @@
+"""The RolloutDriver: steps each live rollout's machine (schemas/rollout/machine.py) in the app's loop.
+
+The machine is pure; this loop feeds it. Each pass (every ``interval`` seconds, and at once when
+woken: a host's status was written, a rollout row changed) refreshes the in-memory fleet index,
+and for every rollout that can still move and whose profile name's shard this server owns:
+builds the machine's ``Observed`` from the hosts' records (``observe``, pure: no query per
+host), steps the machine, and in ONE transaction, optimistic on the row's ``version``, stores
+the new state, clears the commands it consumed and executes the actions
+(``services.rollouts.execute``: pins, events, reconcile requests). A crash between steps
+loses nothing: the stored state says what was asked, and the next pass (here or on the
+server that takes the shard over) resumes from it. Two servers stepping one rollout cannot
+both win: the shard's fence aborts the one that lost the lease, and the version the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, get_args
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm.exc import StaleDataError
+
+from stortune.schemas.profile import LabelSelector
+from stortune.schemas.rollout import machine
+from stortune.server import rollout_analysis
+from stortune.server.db.tables import Profile, ProfileGeneration, Rollout
+from stortune.server.services import finalizers, rollouts
+from stortune.server.services.fleet_state import FleetState, HostRecord
+from stortune.server.shards import AllShards, LeaseLost, Ownership, fenced
+
+log = logging.getLogger(__name__)
+
+#: Applied=False reasons that mean the host's apply of what it must hold failed (reconciler/report.py);
+#: others (an experiment holding the host, say) are no verdict on the generation.
+APPLY_FAILED = frozenset({"ApplyFailed", "Rejected"})
+_COMMANDS: frozenset[str] = frozenset(get_args(machine.Command))
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+# -- observing (pure) ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Analysis:
+    """What the analysis knows of a host: its before-run is ready, its after-run's verdict."""
+
+    baseline: bool = False
+    verdict: machine.Verdict | None = None
+
+
+def _status(record: HostRecord, condition: str) -> tuple[str, str]:
+    return record.conditions.get(condition, ("Unknown", ""))
+
+
+def host_observation(state: machine.RolloutState, host: str, record: HostRecord,
+                     holds_nothing: Callable[[str, int], bool],
+                     analysis: Analysis | None = None) -> machine.HostObservation:
+    """One host, from its record. ``holds_nothing(host, generation)``: the generation holds nothing
+    of the profile for the host (0, a tombstone, a spec whose selector leaves it out); such a
+    generation is reached once the profile is gone from the host's applied set."""
+    profile = state.profile
+    pinned = state.hosts[host].generation if host in state.hosts else state.previous
+    generation = record.applied.get(profile)
+    if generation is None and holds_nothing(host, pinned):
+        generation = pinned
+    failure: machine.FailureKind | None = None
+    if _status(record, "Reachable")[0] == "False":
+        failure = "unreachable"
+    elif profile in record.rejected:
+        failure = "blocked"
+    else:
+        applied, reason = _status(record, "Applied")
+        # Host-wide, so only a failure while the host does not hold what it must counts against
+        # this rollout: an updated host failing a later apply of another profile is not this one's.
+        if applied == "False" and reason in APPLY_FAILED and generation != pinned:
+            failure = "apply-failed"
+    seen = analysis or Analysis()
+    return machine.HostObservation(generation=generation, healthy=_status(record, "Ready")[0] == "True",
+                                   failure=failure, baseline=seen.baseline, verdict=seen.verdict)
+
+
+def observe(state: machine.RolloutState, records: Mapping[str, HostRecord], *,
+            holds_nothing: Callable[[str, int], bool], selects: Callable[[HostRecord], bool] | None,
+            known: Collection[str], commands: Iterable[str] = (),
+            analysis: Mapping[str, Analysis] | None = None) -> machine.Observed:
+    """The machine's input for one step, from the fleet index (``records``: every host by name).
+
+    A host of the rollout without a record has departed (its row is gone). ``selects``: the
+    current spec's selector (None: the profile is being deleted, nobody enrols); a selected
+    host the rollout has never seen enrols. Unknown commands are dropped (the row is data)."""
+    seen = analysis or {}
+    hosts: dict[str, machine.HostObservation] = {}
+    departed: list[str] = []
+    for host in state.hosts:
+        record = records.get(host)
+        if record is None:
+            departed.append(host)
+        else:
+            hosts[host] = host_observation(state, host, record, holds_nothing, seen.get(host))
+    enrolled: list[str] = []
+    if selects is not None:
+        enrolled = sorted(name for name, record in records.items()
+                          if name not in state.hosts and name not in known and selects(record))
+    wanted = tuple(c for c in commands if c in _COMMANDS)
+    return machine.Observed(hosts=hosts, commands=wanted,  # validated again by the model
+                            enrolled=tuple(enrolled), departed=tuple(departed))
+
+
+def pending_commands(stored: Any) -> list[str]:
+    """The command names of a row's ``commands`` list, in order; junk entries skipped."""
+    if not isinstance(stored, list):
+        return []
+    return [c["command"] for c in stored if isinstance(c, dict) and isinstance(c.get("command"), str)]
+
+
+def can_move(phase: str, state: Mapping[str, Any], commands: Sequence[Any]) -> bool:
+    """A rollout the driver still steps: not Complete, and not rolled back unless a command waits."""
+    if phase == "Complete":
+        return False
+    return bool(commands) or not (phase == "Halted" and state.get("rolledBack") is True)
+
+
+# -- the loop ------------------------------------------------------------------------------
+class RolloutDriver:
+    """Start it with the app (``start``/``stop``); ``wake`` is safe from any thread.
+
+    ``steps``: profile -> steps this server wrote (what the replica tests count)."""
+
+    def __init__(self, sessions: sessionmaker[Session], fleet: FleetState, *,
+                 clock: Callable[[], datetime] = _utcnow, interval: float = 1.0,
+                 ownership: Ownership | None = None) -> None:
+        self.interval = interval
+        self.fleet = fleet
+        self.ownership = ownership or AllShards()
+        self.ownership.watch(lambda _gained, _lost: self.wake())  # a shard taken over: step its rollouts
+        self.steps: dict[str, int] = {}
+        self._sessions = sessions
+        self._clock = clock
+        self._wakeup: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._main: asyncio.Task[None] | None = None
+        # Commits that start a rollout or queue a command for one (services/rollouts.request_wake).
+        rollouts.bind(sessions, self.wake)
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._wakeup = asyncio.Event()
+        self._main = asyncio.create_task(self._run(), name="rollout-driver")
+        log.info("rollout driver started: rollouts stepped every %gs and when hosts report", self.interval)
+
+    async def stop(self) -> None:
+        task, self._main, self._loop = self._main, None, None
+        if task is not None and task.get_loop() is asyncio.get_running_loop():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    def wake(self) -> None:
+        loop, wakeup = self._loop, self._wakeup
+        if loop is None or wakeup is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop has closed: the server is stopping
+            loop.call_soon_threadsafe(wakeup.set)
+
+    async def _run(self) -> None:
+        assert self._wakeup is not None
+        while True:
+            self._wakeup.clear()  # before the pass: a wake during it makes another
+            try:
+                await asyncio.to_thread(self.pass_once)
+            except Exception:  # the database, or a bug: the next pass tries again
+                log.exception("rollout pass failed; again in %gs", self.interval)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.interval):
+                    await self._wakeup.wait()
+
+    # -- one pass (in a thread) --------------------------------------------------------------
+    def pass_once(self) -> list[str]:
+        """Step every rollout this server drives; returns the profiles whose step was written."""
+        with self._sessions() as session:
+            rows = session.execute(select(Rollout.profile, Rollout.phase, Rollout.state, Rollout.commands)
+                                   .where(Rollout.phase != "Complete")).all()
+        live = [name for name, phase, state, commands in rows
+                if can_move(phase, state if isinstance(state, dict) else {}, commands or [])]
+        if not live:
+            return []
+        self.fleet.refresh()
+        written = []
+        for name in sorted(live):
+            fence = self.ownership.fence(name)
+            if fence is None:
+                continue  # another server owns the profile name's shard
+            try:
+                with fenced(fence), self.ownership.working(fence):
+                    if self._step(name):
+                        written.append(name)
+                        self.steps[name] = self.steps.get(name, 0) + 1
+            except StaleDataError:
+                log.debug("rollout of %s: written meanwhile; stepped again next pass", name)
+                self.wake()
+            except LeaseLost as exc:
+                log.info("rollout of %s: %s; its new owner steps it", name, exc)
+            except Exception:
+                log.exception("rollout of %s: the step failed; again next pass", name)
+        return written
+
+    def _step(self, name: str) -> bool:
+        records, _ = self.fleet.snapshot()
+        with self._sessions() as session:
+            row = session.get(Rollout, name)
+            if row is None:
+                return False
+            state = machine.RolloutState.model_validate(row.state)
+            stored_commands = list(row.commands or [])
+            profile = session.get(Profile, name)
+            selects = _selector_of(profile)
+            holds_nothing = _generations(session, state, records)
+            known = set(row.known or ())
+            observed = observe(state, records, holds_nothing=holds_nothing, selects=selects, known=known,
+                               commands=pending_commands(stored_commands),
+                               analysis=_analysis(session, state, records))
+            now = self._clock()
+            new, actions = machine.step(state, observed, now.timestamp())
+            seen = known | set(new.hosts)
+            if new == state and not actions and not stored_commands and seen == known:
+                return False
+            row.state = new.model_dump(mode="json")
+            row.phase = new.phase
+            row.generation = new.generation
+            row.known = sorted(seen)
+            row.commands = []
+            row.updated_at = now
+            rollouts.execute(session, new, actions, now)
+            if new.phase == "Complete":
+                rollouts.release(session, name)  # every host takes the current generation
+                if profile is not None and profile.deletion_timestamp is not None:
+                    finalizers.release_finished(session, now)  # a deletion rolled out: the row may go
+            session.commit()
+        return True
+
+
+def _selector_of(profile: Profile | None) -> Callable[[HostRecord], bool] | None:
+    if profile is None or profile.deletion_timestamp is not None:
+        return None
+    raw = profile.spec.get("hostSelector") if isinstance(profile.spec, dict) else None
+    if raw is None:
+        return None
+    selector = LabelSelector.model_validate(raw)
+    return lambda record: selector.matches(record.labels)
+
+
+def _generations(session: Session, state: machine.RolloutState,
+                 records: Mapping[str, HostRecord]) -> Callable[[str, int], bool]:
+    """``holds_nothing`` over the stored generations the state's hosts are pinned at (one query)."""
+    wanted = {hs.generation for hs in state.hosts.values()} | {state.previous, state.generation}
+    wanted.discard(0)
+    selectors: dict[int, LabelSelector | None] = {}
+    if wanted:
+        for generation, spec in session.execute(
+                select(ProfileGeneration.generation, ProfileGeneration.spec)
+                .where(ProfileGeneration.profile == state.profile, ProfileGeneration.generation.in_(wanted))):
+            raw = spec.get("hostSelector") if isinstance(spec, dict) else None
+            selectors[generation] = LabelSelector.model_validate(raw) if raw is not None else None
+
+    def holds_nothing(host: str, generation: int) -> bool:
+        if generation == 0:
+            return True
+        if generation not in selectors:  # pruned or never stored: not known to hold nothing
+            return False
+        selector = selectors[generation]
+        record = records.get(host)
+        return selector is None or (record is not None and not selector.matches(record.labels))
+
+    return holds_nothing
+
+
+def _analysis(session: Session, state: machine.RolloutState,
+              records: Mapping[str, HostRecord]) -> dict[str, Analysis]:
+    """The analysis' observations of the hosts benchmarked around their change (one query)."""
+    if state.spec.analysis is None:
+        return {}
+    observed = rollout_analysis.observe(session, state, records)
+    return {host: Analysis(baseline=seen.baseline, verdict=seen.verdict) for host, seen in observed.items()}
+
