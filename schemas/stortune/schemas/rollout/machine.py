@@ -17,9 +17,11 @@ counts unavailable pods: a sick host is not a spare slot); failed hosts count ag
 that comes back keeps its count. A wave passes when each of its hosts is updated and healthy
 or failed, and has stayed so for ``soak`` (the last wave too: Complete means the fleet stayed
 healthy). A failed analysis halts whatever ``maxFailures`` says: it is evidence against the
-change, not a flaky host. Halting with ``onFailure: rollback`` (and ``undo``) reverts every
-host not at ``previous``; the rollout is ``rolledBack`` once each reports ``previous`` (or is
-unreachable: the control plane keeps it desired at ``previous`` and it converges on return).
+change, not a flaky host; a before-run that fails (verdict ``failed`` in ``baseline``) is a
+failed host, counted against ``maxFailures``. Halting with ``onFailure: rollback`` (and
+``undo``) reverts every host not at ``previous``; the rollout is ``rolledBack`` once each
+reports ``previous`` (or is unreachable: the control plane keeps it desired at ``previous``
+and it converges on return).
 ``pause`` stops new hosts and waves (in-flight hosts finish; the soak restarts on resume);
 ``resume`` lifts a pause, or a halt that reverted nothing (failures so far are excused).
 """
@@ -276,6 +278,10 @@ def _observe(run: _Run, observations: Mapping[str, HostObservation]) -> None:
         elif hs.stage == "baseline" and seen.baseline:
             run.move(host, stage="changing", generation=target)
             run.actions.append(Advance(host, target))
+        elif hs.stage == "baseline" and seen.verdict == "failed":
+            # No before-run can be had (it failed, or the benchmark cannot run there): the host
+            # fails and counts against maxFailures; the change itself was not judged.
+            _fail(run, host, "analysis")
         elif hs.stage == "changing" and seen.generation == target and seen.healthy:
             if _gated(run, hs.wave):
                 run.move(host, stage="analysing")

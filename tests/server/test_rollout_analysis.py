@@ -1,0 +1,343 @@
+"""Rollout analysis (issue 27, point 2): canaries benchmarked before and after the change,
+judged by the noise rule, through the real benchmark queue and dispatcher with a scripted agent.
+
+The rollout's state is built with the pure machine and the profile's generations are stored
+directly, so these tests exercise ``rollout_analysis`` alone (no driver, no Profile row that
+would start a rollout of its own). Every test runs on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from stortune.schemas.rollout import machine
+from stortune.schemas.rollout.spec import parse_rollout
+from stortune.server import RecordingController, rollout_analysis
+from stortune.server.agentclient import AgentRejected, FakeAgentClients
+from stortune.server.db.tables import BenchmarkRun, Event, Profile, ProfileGeneration, RolloutAnalysis
+from stortune.server.services.versions import next_resource_version
+from tests.server.benchfakes import BenchAgent, Values, finished_run, spec_doc, steady
+from tests.server.builders import API, loop_topology, registration
+from tests.server.conftest import Eventually
+from tests.server.support import AppFactory, FakeClock, TestClient, admin_client
+
+PROFILE = "streaming"
+STREAM = {"preset": "stream-32k", "runtime": "1s"}
+PLAIN = {"benchmark": STREAM}  # the analysis with its defaults
+FAST = {"benchmark_interval_s": 0.05, "benchmark_unreachable_timeout_s": 60}
+WAIT = 60.0  # generous: the dispatcher runs in the app's loop on a loaded machine
+
+
+def _rules(read_ahead_kb: int) -> dict[str, Any]:
+    return {"hostSelector": {"matchLabels": {"role": "streamer"}},
+            "rules": [{"name": "reads", "match": {"kind": ["loop"]},
+                       "settings": {"read_ahead_kb": read_ahead_kb}}]}
+
+
+@pytest.fixture
+def agents() -> FakeAgentClients:
+    return FakeAgentClients()
+
+
+@pytest.fixture
+def agent(agents: FakeAgentClients) -> BenchAgent:
+    return agents.add(BenchAgent(address=registration("h1")["address"]))  # type: ignore[return-value]
+
+
+@pytest.fixture
+def server(make_app: AppFactory, agents: FakeAgentClients, agent: BenchAgent) -> FastAPI:
+    return make_app(agents=agents, controller=RecordingController(), **FAST)
+
+
+@pytest.fixture
+def client(server: FastAPI, clock: FakeClock) -> Iterator[TestClient]:
+    with admin_client(server) as test_client:
+        body = registration("h1", topology=loop_topology("h1"))
+        assert test_client.post(f"{API}/agents/register", json=body).status_code == 200
+        with server.state.sessions() as session:  # generation 1 read-ahead 4096, 2 sets 0
+            session.add_all([ProfileGeneration(profile=PROFILE, generation=g, spec=_rules(kb),
+                                               created_at=clock.now) for g, kb in ((1, 4096), (2, 0))])
+            session.commit()
+        yield test_client
+
+
+def _state(analysis: dict[str, Any], hosts: tuple[str, ...] = ("h1",)) -> machine.RolloutState:
+    """A rollout of generation 2 from 1 whose first wave (one canary, gated) is in its baseline."""
+    spec = parse_rollout({"waves": [{"hosts": 1}, {"percent": 100}], "analysis": analysis})
+    state, actions = machine.start(PROFILE, spec, 2, 1, hosts, now=0.0)
+    assert machine.StartAnalysis("h1", "before") in actions
+    return state
+
+
+def _at(state: machine.RolloutState, stage: machine.Stage, host: str = "h1") -> machine.RolloutState:
+    moved = state.hosts[host].model_copy(update={"stage": stage, "generation": state.generation})
+    return state.model_copy(update={"hosts": {**state.hosts, host: moved}})
+
+
+def _start(app: FastAPI, state: machine.RolloutState, stage: machine.AnalysisStage) -> None:
+    with app.state.sessions() as session:
+        next_resource_version(session)  # as a step's transaction: it begins with a write
+        rollout_analysis.start(session, state, "h1", stage, app.state.clock())
+        session.commit()
+
+
+def _observe(app: FastAPI, state: machine.RolloutState) -> rollout_analysis.Observation | None:
+    with app.state.sessions() as session:
+        # As the driver's step, a write transaction begins with a write: on SQLite a read-first
+        # one cannot write once the dispatcher has committed meanwhile (verdicts are written).
+        next_resource_version(session)
+        seen = rollout_analysis.observe(session, state)
+        session.commit()
+    return seen.get("h1")
+
+
+def _row(app: FastAPI) -> RolloutAnalysis:
+    with app.state.sessions() as session:
+        row: RolloutAnalysis | None = session.get(RolloutAnalysis, (PROFILE, 2, "h1"))
+        assert row is not None
+        session.expunge(row)
+        return row
+
+
+def _runs(app: FastAPI) -> list[tuple[str, str, str]]:
+    with app.state.sessions() as session:
+        return [(r[0], r[1], r[2]) for r in session.execute(
+            select(BenchmarkRun.id, BenchmarkRun.state, BenchmarkRun.message).order_by(BenchmarkRun.seq))]
+
+
+def _until(eventually: Eventually, app: FastAPI, state: machine.RolloutState, what: str
+           ) -> rollout_analysis.Observation:
+    def check() -> rollout_analysis.Observation | None:
+        seen = _observe(app, state)
+        return seen if seen is not None and (seen.baseline if state.hosts["h1"].stage == "baseline"
+                                             else seen.verdict is not None) else None
+    found: rollout_analysis.Observation = eventually(check, timeout=WAIT, what=what)
+    return found
+
+
+def _judged(app: FastAPI, agent: BenchAgent, eventually: Eventually, analysis: dict[str, Any], *,
+            before: Values, after: Values) -> tuple[rollout_analysis.Observation, list[dict[str, Any]]]:
+    """Before-run with ``before``'s figures, after-run with ``after``'s: the verdict, the evidence."""
+    state = _state(analysis)
+    agent.values = before
+    _start(app, state, "before")
+    assert _until(eventually, app, state, "the before-run is ready") == (True, None)
+    agent.values = after
+    analysing = _at(state, "analysing")
+    _start(app, analysing, "after")
+    seen = _until(eventually, app, analysing, "the after-run's verdict")
+    with app.state.sessions() as session:
+        return seen, rollout_analysis.evidence(session, PROFILE, 2)
+
+
+# -- hostile -------------------------------------------------------------------------------
+def test_hostile_stored_spec_writing_to_a_raw_device_is_refused_at_start(
+        client: TestClient, server: FastAPI) -> None:
+    # "seq" is stored (the control plane keeps a spec with each run): seq-1m writes to loop0.
+    finished_run(server, "h1", spec_doc("seq"))
+    before = _runs(server)
+    state = _state({"benchmark": "seq"})
+    _start(server, state, "before")
+    row = _row(server)
+    assert row.verdict == "failed" and row.before_run is None
+    assert "write to the raw device" in row.detail["reason"], row.detail
+    assert _runs(server) == before  # nothing was queued
+    assert _observe(server, state) == (False, "failed")
+    with server.state.sessions() as session:
+        reasons = session.scalars(select(Event.message).where(Event.reason == "AnalysisRefused")).all()
+    assert len(reasons) == 1 and "write to the raw device" in reasons[0]
+    # The machine fails the canary (a host whose before-run cannot be had) and, past
+    # maxFailures 0, halts without changing it.
+    new, actions = machine.step(state, machine.Observed(hosts={"h1": machine.HostObservation(
+        generation=1, baseline=False, verdict="failed")}), 1.0)
+    assert new.hosts["h1"].stage == "failed" and new.hosts["h1"].failure == "analysis"
+    assert new.phase == "Halted" and new.reason == "FailureLimit"
+    assert not any(isinstance(a, machine.Advance) for a in actions)
+
+
+def test_hostile_stored_spec_that_does_not_exist_is_refused_naming_it(
+        client: TestClient, server: FastAPI) -> None:
+    state = _state({"benchmark": "nowhere"})
+    _start(server, state, "before")
+    row = _row(server)
+    assert row.verdict == "failed" and "'nowhere'" in row.detail["reason"]
+    assert _runs(server) == []
+
+
+def test_hostile_a_stored_read_only_spec_runs_on_the_changed_device_not_its_own_target(
+        client: TestClient, server: FastAPI, eventually: Eventually) -> None:
+    # Stored aimed at another device (loop9) and selecting other hosts: the run is this host's,
+    # aimed at the device the change touches.
+    doc = spec_doc("reads", workloads=[STREAM], target={"device": {"name": ["loop9"]}},
+                   selector={"matchLabels": {"role": "elsewhere"}})
+    doc["spec"]["allowDestructive"] = False
+    finished_run(server, "h1", doc)
+    state = _state({"benchmark": "reads"})
+    _start(server, state, "before")
+    row = _row(server)
+    assert row.verdict is None and row.detail["device"] == "loop0", row.detail
+    assert row.detail["spec"]["spec"]["target"] == {"device": {"id": ["name:loop0"], "kind": ["loop"]}}
+    assert "hostSelector" not in row.detail["spec"]["spec"]
+    assert _until(eventually, server, state, "the before-run is ready") == (True, None)
+
+
+def test_hostile_a_before_run_that_fails_fails_the_host_with_why(
+        client: TestClient, server: FastAPI, agent: BenchAgent, eventually: Eventually) -> None:
+    agent.fail("start_benchmark", AgentRejected(agent.address, "fio is not installed", "FAILED_PRECONDITION"))
+    state = _state({"benchmark": STREAM})
+    _start(server, state, "before")
+    seen = eventually(lambda: _observe(server, state) == (False, "failed"), timeout=WAIT,
+                      what="the before-run's failure observed")
+    assert seen
+    assert "fio is not installed" in _row(server).detail["reason"]
+
+
+def test_hostile_an_after_run_that_fails_is_a_failed_verdict_with_why(
+        client: TestClient, server: FastAPI, agent: BenchAgent, eventually: Eventually) -> None:
+    state = _state({"benchmark": STREAM})
+    _start(server, state, "before")
+    _until(eventually, server, state, "the before-run is ready")
+    agent.fail("start_benchmark", AgentRejected(agent.address, "target is protected", "FAILED_PRECONDITION"))
+    analysing = _at(state, "analysing")
+    _start(server, analysing, "after")
+    assert _until(eventually, server, analysing, "the after-run's verdict") == (True, "failed")
+    with server.state.sessions() as session:
+        (item,) = rollout_analysis.evidence(session, PROFILE, 2)
+    assert item["verdict"] == "failed" and "target is protected" in item["reason"]
+    assert item["after"] is not None and item["after"] in item["reason"]
+
+
+def test_hostile_a_run_older_than_max_age_is_not_reused(
+        client: TestClient, server: FastAPI, clock: FakeClock) -> None:
+    old = clock.now - timedelta(hours=1, seconds=1)
+    finished_run(server, "h1", spec_doc("mine", workloads=[STREAM]), now=old)
+    state = _state({"benchmark": STREAM, "maxAge": "1h"})
+    _start(server, state, "before")
+    row = _row(server)
+    assert row.detail["reused"] is False
+    assert [r[1] for r in _runs(server)] == ["done", "queued"] and row.before_run == _runs(server)[1][0]
+
+
+@pytest.mark.parametrize("why", ["another workload", "another device", "another generation"])
+def test_hostile_a_younger_run_that_did_not_measure_the_same_thing_is_not_reused(
+        client: TestClient, server: FastAPI, clock: FakeClock, why: str) -> None:
+    workloads = [{"preset": "stream-32k", "runtime": "2s"}] if why == "another workload" else [STREAM]
+    run_id = finished_run(server, "h1", spec_doc("mine", workloads=workloads),
+                          now=clock.now - timedelta(minutes=59))
+    with server.state.sessions() as session:
+        row = session.scalars(select(BenchmarkRun).where(BenchmarkRun.id == run_id)).one()
+        if why == "another generation":  # measured under the new generation: no "before"
+            row.profiles = {PROFILE: 2}
+        elif why == "another device":
+            result = dict(row.result or {})
+            result["context"] = {**result["context"], "target": {**result["context"]["target"],
+                                                                 "device_id": "name:loop1"}}
+            row.result = result
+        session.commit()
+    state = _state({"benchmark": STREAM, "maxAge": "1h"})
+    _start(server, state, "before")
+    assert _row(server).detail["reused"] is False
+    assert [r[1] for r in _runs(server)] == ["done", "queued"]
+
+
+def test_a_same_workload_run_younger_than_max_age_is_reused(
+        client: TestClient, server: FastAPI, clock: FakeClock) -> None:
+    recent = clock.now - timedelta(minutes=59, seconds=59)
+    run_id = finished_run(server, "h1", spec_doc("mine", workloads=[STREAM]), now=recent)
+    state = _state({"benchmark": STREAM, "maxAge": "1h"})
+    _start(server, state, "before")
+    row = _row(server)
+    assert row.before_run == run_id and row.detail["reused"] is True
+    assert len(_runs(server)) == 1  # nothing queued
+    assert _observe(server, state) == (True, None)
+
+
+def test_hostile_the_before_run_asked_twice_is_queued_once(
+        client: TestClient, server: FastAPI, agent: BenchAgent) -> None:
+    agent.auto = False
+    state = _state({"benchmark": STREAM})
+    _start(server, state, "before")
+    _start(server, state, "before")
+    assert len(_runs(server)) == 1 and _row(server).before_run == _runs(server)[0][0]
+
+
+def test_hostile_an_after_run_without_a_before_run_fails(client: TestClient, server: FastAPI) -> None:
+    analysing = _at(_state({"benchmark": STREAM}), "analysing")
+    _start(server, analysing, "after")
+    assert _runs(server) == []
+    assert _observe(server, analysing) == (True, "failed")
+    assert "no before-run" in _row(server).detail["reason"]
+
+
+# -- the noise rule --------------------------------------------------------------------------
+def test_a_regression_beyond_the_noise_fails(
+        client: TestClient, server: FastAPI, agent: BenchAgent, eventually: Eventually) -> None:
+    seen, (item,) = _judged(server, agent, eventually, PLAIN, before=steady(1.0), after=steady(0.5))
+    assert seen == (True, "failed")
+    (objective,) = item["objectives"]
+    assert objective["metric"] == "read_bandwidth" and objective["verdict"] == "worse"
+    assert objective["changePct"] == pytest.approx(-50.0)
+    assert objective["noiseLowPct"] == pytest.approx(-5.0) and objective["noiseHighPct"] == pytest.approx(5.0)
+    # steady(): 400 MB/s times the scale, the first repeat 1% low
+    assert objective["beforeMedian"] == pytest.approx(396e6)
+    assert objective["afterMedian"] == pytest.approx(198e6)
+    assert "regressed beyond the noise" in item["reason"] and "-50.0%" in item["reason"]
+    assert item["before"] != item["after"] and item["device"] == "loop0"
+
+
+def test_a_change_inside_the_noise_passes(
+        client: TestClient, server: FastAPI, agent: BenchAgent, eventually: Eventually) -> None:
+    seen, (item,) = _judged(server, agent, eventually, PLAIN, before=steady(1.0), after=steady(0.96))
+    assert seen == (True, "passed")
+    assert [o["verdict"] for o in item["objectives"]] == ["within noise"]
+
+
+def test_require_improvement_needs_a_gain_beyond_the_noise(
+        client: TestClient, server: FastAPI, agent: BenchAgent, eventually: Eventually) -> None:
+    analysis = {"benchmark": STREAM, "requireImprovement": True}
+    seen, (item,) = _judged(server, agent, eventually, analysis, before=steady(1.0), after=steady(1.04))
+    assert seen == (True, "failed") and "requireImprovement" in item["reason"]
+
+
+def test_require_improvement_passes_a_gain_beyond_the_noise(
+        client: TestClient, server: FastAPI, agent: BenchAgent, eventually: Eventually) -> None:
+    analysis = {"benchmark": STREAM, "requireImprovement": True}
+    seen, (item,) = _judged(server, agent, eventually, analysis, before=steady(1.0), after=steady(1.5))
+    assert seen == (True, "passed")
+    assert item["objectives"][0]["verdict"] == "better" and "improved" in item["reason"]
+
+
+def test_an_objective_to_minimize_a_figure_fails_when_it_rises(
+        client: TestClient, server: FastAPI, agent: BenchAgent, eventually: Eventually) -> None:
+    # Latency up 2x (steady(0.5) halves bandwidth, doubles latency): worse for "minimize".
+    analysis = {"benchmark": STREAM, "objectives": [{"metric": "read_lat_p99", "goal": "minimize"}]}
+    seen, (item,) = _judged(server, agent, eventually, analysis, before=steady(1.0), after=steady(0.5))
+    assert seen == (True, "failed")
+    assert [(o["metric"], o["verdict"]) for o in item["objectives"]] == [("read_lat_p99", "worse")]
+
+
+def test_evidence_shows_the_gain_an_experiment_claimed_next_to_the_measured_one(
+        client: TestClient, server: FastAPI, agent: BenchAgent, eventually: Eventually,
+        clock: FakeClock) -> None:
+    with server.state.sessions() as session:
+        session.add(_profile_row(clock.now, {"stortune.io/experiment": "ra-sweep",
+                                             "stortune.io/objective": "maximize read_bandwidth",
+                                             "stortune.io/gain": "+20.0%",
+                                             "stortune.io/interval": "+12.0%..+28.0%"}))
+        session.commit()
+    _, (item,) = _judged(server, agent, eventually, PLAIN, before=steady(1.0), after=steady(1.1))
+    claim = item["experiment"]
+    assert claim["name"] == "ra-sweep" and claim["metric"] == "read_bandwidth"
+    assert claim["claimedGain"] == "+20.0%" and claim["measuredGainPct"] == pytest.approx(10.0)
+
+
+def _profile_row(now: datetime, annotations: dict[str, str]) -> Profile:
+    return Profile(name=PROFILE, uid="00000000-0000-4000-8000-0000000000aa", generation=2,
+                   resource_version=1, spec=_rules(0), labels={}, annotations=annotations, status={},
+                   finalizers=[], created_at=now, updated_at=now, deletion_timestamp=None)
