@@ -30,6 +30,7 @@ from stortune.server.api.routes import (
     probes,
     profiles,
     raid_plans,
+    rollouts,
     sessions,
     tokens,
 )
@@ -45,6 +46,7 @@ API_ROUTERS: tuple[APIRouter, ...] = (
     fleet.router,
     probes.router,
     profiles.router,
+    rollouts.router,
     plans.router,
     events.router,
     benchmark_baselines.router,
