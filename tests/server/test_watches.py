@@ -110,7 +110,7 @@ def _recording_waits(app: FastAPI) -> list[float]:
         waits.append(seconds)
         await real(seconds, receive)
 
-    book.wait = wait
+    book.wait = wait  # type: ignore[method-assign]
     return waits
 
 
