@@ -258,7 +258,9 @@ def test_failing_and_hung_tools_are_recorded(tmp_path: Path) -> None:
     assert bad.path == "commands/dmsetup-table.txt.stderr"
     assert "commands/dmsetup-table.txt" not in bundle.files
     duration = {c.path: c.duration_seconds for c in bundle.info.collected}
-    assert 1 <= (duration["commands/multipath-ll.txt"] or 0) < 8
+    # A lower bound only: it ran to its timeout; that it was then killed, not waited for, is
+    # the reason above (and tests/agent/test_diagnostics_tools.py).
+    assert (duration["commands/multipath-ll.txt"] or 0) >= 1
     # partial output and stderr are redacted like everything else
     redacted, _ = redact(bundle)
     assert all(b"600a0b800029ab4c" not in d for d in redacted.files.values())
