@@ -22,6 +22,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -103,10 +104,10 @@ def _pair(f: Fleet, tmp: Path, *, fill: bool) -> Iterator[dict[str, LoopHost]]:
         for host in hosts.values():
             host.agent.start()
         for host in hosts.values():
-            eventually(f"{host.name} registered", lambda h=host: f.is_(h.name, "Reachable"))
+            eventually(f"{host.name} registered", partial(f.is_, host.name, "Reachable"))
             # Its discovery sees its own device and nothing else: not the other's, not this
             # machine's disks, not the loop devices other tests hold.
-            seen = eventually(f"{host.name}'s topology", lambda h=host: _topology_names(f, h.name))
+            seen = eventually(f"{host.name}'s topology", partial(_topology_names, f, host.name))
             assert seen == [host.device], (host.name, seen)
         yield hosts
 
@@ -232,7 +233,7 @@ def settle(f: Fleet, hosts: dict[str, LoopHost], expect: dict[str, str]) -> int:
     code, out = wait_complete(f, "5m")
     assert code == 0, out
     for host in hosts.values():
-        eventually(f"{host.name} at generation {g}", lambda h=host: f.converged(h.name, PROFILE))
+        eventually(f"{host.name} at generation {g}", partial(f.converged, host.name, PROFILE))
         for attr, value in expect.items():
             assert host.queue(attr) == value, (host.name, attr)
     state = rollout(f)
@@ -269,7 +270,7 @@ def test_two_agents_each_alone_with_its_loop_device(fleet: Fleet, pair: dict[str
     start = "512" if a.queue("read_ahead_kb") != "512" else "1024"
     apply(fleet, tmp_path, profile(pair, f"{{read_ahead_kb: {start}}}"))
     for host in pair.values():
-        eventually(f"{host.name} converged", lambda h=host: fleet.converged(h.name, PROFILE))
+        eventually(f"{host.name} converged", partial(fleet.converged, host.name, PROFILE))
         assert host.queue("read_ahead_kb") == start, host.name
     # Each agent's status rows name its own device only.
     for host in pair.values():
@@ -326,7 +327,7 @@ def test_an_improvement_completes_on_both(fleet: Fleet, filled_pair: dict[str, L
         assert code == 0, out
         for host in pair.values():
             eventually(f"{host.name} at generation {first + 1}",
-                       lambda h=host: fleet.converged(h.name, PROFILE))
+                       partial(fleet.converged, host.name, PROFILE))
 
     assert seen.errors == []
     for host in pair.values():
