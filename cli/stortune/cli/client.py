@@ -8,6 +8,7 @@ by a reconciler that may be older or newer than this client.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -521,6 +522,8 @@ class Client:
 
     RATE_LIMIT_RETRIES: Final = 3
     MAX_RETRY_AFTER: Final = 60.0
+    #: A watch's read timeout beyond its own length (the server ends it at that length).
+    WATCH_SLACK: Final = 30.0
 
     def __init__(self, server: str = DEFAULT_SERVER, *, token: str | None = None,
                  timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None,
@@ -670,6 +673,50 @@ class Client:
     def merge_host_labels(self, name: str, labels: Mapping[str, str | None]) -> Host:
         """Set the API labels given; a None value removes one."""
         return Host.parse(self._json("PATCH", _path("hosts", name, "labels"), body={"labels": dict(labels)}))
+
+    # Rollouts
+
+    def get_rollout(self, profile: str, *, limit: int | None = None) -> JSON:
+        """The profile's rollout status; NotFound when the profile does not exist or has none."""
+        with _naming("StorageProfile", profile):
+            return self._json("GET", _path("profiles", profile, "rollout"),
+                              params={"limit": limit} if limit is not None else None)
+
+    def steer_rollout(self, profile: str, command: str) -> JSON:
+        """pause, resume or undo; the status with the command pending."""
+        with _naming("StorageProfile", profile):
+            return self._json("POST", _path("profiles", profile, "rollout", command))
+
+    def watch_rollout(self, profile: str, *, seconds: int, limit: int | None = None) -> Iterator[JSON]:
+        """The watch's lines as they come ({"type": "status", ...}, then {"type": "end", ...}).
+        The server sends nothing while nothing changes: the read timeout is the watch's own."""
+        params: dict[str, str | int] = {"watch": "true", "timeoutSeconds": seconds}
+        if limit is not None:
+            params["limit"] = limit
+        timeout = httpx.Timeout(seconds + self.WATCH_SLACK, connect=5.0)
+        try:
+            with _naming("StorageProfile", profile), \
+                    self._http.stream("GET", _path("profiles", profile, "rollout"), params=params,
+                                      timeout=timeout) as response:
+                if response.is_error:
+                    response.read()
+                    raise _status_error(response)
+                for line in response.iter_lines():
+                    if not line.strip():
+                        continue
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        raise ClientError(f"the rollout watch of {profile} sent a line that is not JSON: "
+                                          f"{line[:80]!r}") from None
+                    if isinstance(event, dict):
+                        yield event
+        except httpx.TimeoutException as exc:
+            raise Unreachable(f"cannot reach the control plane at {self.server}: timed out "
+                              f"({type(exc).__name__})") from None
+        except httpx.TransportError as exc:
+            raise Unreachable(f"cannot reach the control plane at {self.server}: "
+                              f"{exc or type(exc).__name__}") from None
 
     # Events
 

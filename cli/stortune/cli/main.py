@@ -17,7 +17,7 @@ from typing import Any, Final
 
 import yaml
 
-from stortune.cli import analyze, audit, bench, manifests, probe, raidplan, render, sync, tune, tuned
+from stortune.cli import analyze, audit, bench, manifests, probe, raidplan, render, rollout, sync, tune, tuned
 from stortune.cli.client import (
     DEFAULT_SERVER,
     DEFAULT_TIMEOUT,
@@ -242,6 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     tuned.add_parser(sub, parser_class=Parser)
     analyze.add_parser(sub, connection_options=_connection_options, runs=_positive_int, parser_class=Parser)
     probe.add_parser(sub, connection_options=_connection_options)
+    rollout.add_parser(sub, connection_options=_connection_options, parser_class=Parser)
     return parser
 
 
@@ -508,6 +509,7 @@ COMMANDS: Final[dict[str, Callable[[argparse.Namespace, Client, Output], int]]] 
     "token": _token, "diag": _diag, "bench": bench.command, "audit": audit.command,
     "tune": tune.command, "plan": raidplan.command, "analyze": analyze.command,
     "probe": probe.command, "import": tuned.import_command, "export": tuned.export_command,
+    "rollout": rollout.command, "wait": rollout.wait_command,
 }
 
 
