@@ -56,6 +56,15 @@ def test_hostile_a_long_selector_is_refused_in_linear_time(text: str) -> None:
     with pytest.raises(Invalid) as refused:
         parse(text)
     assert [c.field for c in refused.value.causes] == ["labelSelector"]
+    assert len(refused.value.causes[0].message) < 400  # quotes a bounded prefix, not the megabyte
+
+
+@pytest.mark.parametrize(("part", "quoted"), [
+    ("x" * 79 + " y", "(81 characters)"), ("x" * 78 + " y", "x y'"), ("a b", "'a b'")])
+def test_an_unparsable_part_is_quoted_whole_up_to_80_characters(part: str, quoted: str) -> None:
+    with pytest.raises(Invalid) as refused:
+        parse(part)
+    assert quoted in refused.value.causes[0].message
 
 
 def test_selectors_keep_their_meaning_with_spaces_anywhere() -> None:

@@ -34,6 +34,16 @@ def _split(text: str) -> list[str]:
     return parts
 
 
+#: An unparsable part is quoted up to this many characters: an error must not echo a megabyte.
+_QUOTED = 80
+
+
+def _quoted(part: str) -> str:
+    if len(part) <= _QUOTED:
+        return repr(part)
+    return f"{part[:_QUOTED]!r}... ({len(part)} characters)"
+
+
 def parse(text: str | None) -> LabelSelector | None:
     """None (select everything) for an empty selector; Invalid on syntax errors."""
     if text is None or not text.strip():
@@ -65,7 +75,7 @@ def parse_text(text: str) -> LabelSelector:
                 op = SelectorOperator.DOES_NOT_EXIST if m.group(1) else SelectorOperator.EXISTS
                 expressions.append(SelectorRequirement(key=m.group(2), operator=op))
             else:
-                raise ValueError(f"cannot parse {part.strip()!r}: expected key, !key, key=value, "
+                raise ValueError(f"cannot parse {_quoted(part.strip())}: expected key, !key, key=value, "
                                  "key!=value, key in (a,b) or key notin (a,b)")
         return LabelSelector(matchLabels=labels, matchExpressions=expressions)
     except ValidationError as exc:
