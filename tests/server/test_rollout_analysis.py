@@ -111,13 +111,13 @@ def _runs(app: FastAPI) -> list[tuple[str, str, str]]:
             select(BenchmarkRun.id, BenchmarkRun.state, BenchmarkRun.message).order_by(BenchmarkRun.seq))]
 
 
-def _until(eventually: Eventually, app: FastAPI, state: machine.RolloutState, what: str
-           ) -> rollout_analysis.Observation:
+def _until(eventually: Eventually, app: FastAPI, state: machine.RolloutState, what: str,
+           timeout: float = WAIT) -> rollout_analysis.Observation:
     def check() -> rollout_analysis.Observation | None:
         seen = _observe(app, state)
         return seen if seen is not None and (seen.baseline if state.hosts["h1"].stage == "baseline"
                                              else seen.verdict is not None) else None
-    found: rollout_analysis.Observation = eventually(check, timeout=WAIT, what=what)
+    found: rollout_analysis.Observation = eventually(check, timeout=timeout, what=what)
     return found
 
 
@@ -216,12 +216,12 @@ def test_hostile_an_after_run_that_fails_is_a_failed_verdict_with_why(
 def test_hostile_a_run_older_than_max_age_is_not_reused(
         client: TestClient, server: FastAPI, clock: FakeClock) -> None:
     old = clock.now - timedelta(hours=1, seconds=1)
-    finished_run(server, "h1", spec_doc("mine", workloads=[STREAM]), now=old)
+    run_id = finished_run(server, "h1", spec_doc("mine", workloads=[STREAM]), now=old)
     state = _state({"benchmark": STREAM, "maxAge": "1h"})
     _start(server, state, "before")
     row = _row(server)
     assert row.detail["reused"] is False
-    assert [r[1] for r in _runs(server)] == ["done", "queued"] and row.before_run == _runs(server)[1][0]
+    assert [r[0] for r in _runs(server)] == [run_id, row.before_run]  # a run of its own queued
 
 
 @pytest.mark.parametrize("why", ["another workload", "another device", "another generation"])
@@ -231,19 +231,20 @@ def test_hostile_a_younger_run_that_did_not_measure_the_same_thing_is_not_reused
     run_id = finished_run(server, "h1", spec_doc("mine", workloads=workloads),
                           now=clock.now - timedelta(minutes=59))
     with server.state.sessions() as session:
-        row = session.scalars(select(BenchmarkRun).where(BenchmarkRun.id == run_id)).one()
+        stored = session.scalars(select(BenchmarkRun).where(BenchmarkRun.id == run_id)).one()
         if why == "another generation":  # measured under the new generation: no "before"
-            row.profiles = {PROFILE: 2}
+            stored.profiles = {PROFILE: 2}
         elif why == "another device":
-            result = dict(row.result or {})
+            result = dict(stored.result or {})
             result["context"] = {**result["context"], "target": {**result["context"]["target"],
                                                                  "device_id": "name:loop1"}}
-            row.result = result
+            stored.result = result
         session.commit()
     state = _state({"benchmark": STREAM, "maxAge": "1h"})
     _start(server, state, "before")
-    assert _row(server).detail["reused"] is False
-    assert [r[1] for r in _runs(server)] == ["done", "queued"]
+    row = _row(server)
+    assert row.detail["reused"] is False
+    assert [r[0] for r in _runs(server)] == [run_id, row.before_run]  # a run of its own queued
 
 
 def test_a_same_workload_run_younger_than_max_age_is_reused(
@@ -341,3 +342,21 @@ def _profile_row(now: datetime, annotations: dict[str, str]) -> Profile:
     return Profile(name=PROFILE, uid="00000000-0000-4000-8000-0000000000aa", generation=2,
                    resource_version=1, spec=_rules(0), labels={}, annotations=annotations, status={},
                    finalizers=[], created_at=now, updated_at=now, deletion_timestamp=None)
+
+
+def test_a_queued_analysis_run_wakes_the_dispatcher(
+        make_app: AppFactory, agents: FakeAgentClients, agent: BenchAgent, clock: FakeClock,
+        eventually: Eventually) -> None:
+    # The dispatcher looks on its own only each minute here (the most Settings allow), past the
+    # deadline below: the run starts because the commit that queued it woke it.
+    app = make_app(agents=agents, controller=RecordingController(), benchmark_interval_s=60)
+    with admin_client(app) as test_client:
+        body = registration("h1", topology=loop_topology("h1"))
+        assert test_client.post(f"{API}/agents/register", json=body).status_code == 200
+        with app.state.sessions() as session:
+            session.add_all([ProfileGeneration(profile=PROFILE, generation=g, spec=_rules(kb),
+                                               created_at=clock.now) for g, kb in ((1, 4096), (2, 0))])
+            session.commit()
+        state = _state(PLAIN)
+        _start(app, state, "before")
+        assert _until(eventually, app, state, "the before-run is ready", timeout=45) == (True, None)

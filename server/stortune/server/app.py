@@ -10,7 +10,7 @@ from typing import Protocol, runtime_checkable
 import anyio.to_thread
 from fastapi import FastAPI
 
-from stortune.server import ui
+from stortune.server import rollout_analysis, ui
 from stortune.server.agentclient import AgentClientFactory, AgentClients
 from stortune.server.api import docs, handlers, openapi
 from stortune.server.api.access import AccessControl, Authenticator
@@ -136,6 +136,9 @@ def create_app(
                              ownership=ownership)
     if isinstance(controller, Reconciler):
         controller.listeners.append(rollouts.wake)
+    # Canaries' analysis runs (rollout_analysis): started once queued; their end steps the rollout.
+    rollout_analysis.bind(sessions, dispatcher.wake)
+    dispatcher.listeners.append(rollouts.wake)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:

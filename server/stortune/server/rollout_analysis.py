@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple
 
-from sqlalchemy import select
-from sqlalchemy.orm import Session, aliased
+from sqlalchemy import event, select
+from sqlalchemy.orm import Session, SessionTransaction, aliased, sessionmaker
 
 from stortune.schemas import planner
 from stortune.schemas.bench import metrics
@@ -61,6 +61,8 @@ REUSE_CANDIDATES: Final = 50
 #: Lines of "what differed between the two runs" kept with a verdict.
 MAX_CONTEXT: Final = 20
 _ENDED_BADLY: Final = ("failed", "cancelled")
+#: session.info key: this transaction queued an analysis run (the dispatcher is woken on commit).
+_QUEUED: Final = "stortune.rollout_analysis.queued"
 
 
 class Observation(NamedTuple):
@@ -114,6 +116,7 @@ def _start_before(session: Session, state: RolloutState, analysis: Analysis, row
     if reused is None:
         run = benchmarks.queued_run(spec, host, requested_by=_requester(state, "before"), now=now)
         session.add(run)
+        session.info[_QUEUED] = True
         reused_id = run.id
     else:
         reused_id = reused
@@ -128,6 +131,7 @@ def _start_after(session: Session, state: RolloutState, row: RolloutAnalysis, no
     spec = parse_benchmark(raw)
     run = benchmarks.queued_run(spec, row.host, requested_by=_requester(state, "after"), now=now)
     session.add(run)
+    session.info[_QUEUED] = True
     row.after_run, row.verdict = run.id, None
     row.detail = {k: v for k, v in row.detail.items() if k not in ("reason", "objectives", "context")}
 
@@ -143,6 +147,22 @@ def _refuse(session: Session, state: RolloutState, row: RolloutAnalysis, stage: 
                   type="Warning", reason="AnalysisRefused",
                   message=f"the {stage}-run of {row.host} for generation {state.generation} cannot"
                           f" run: {reason}"[:1000], now=now)
+
+
+def bind(sessions: sessionmaker[Session], wake: Callable[[], None]) -> None:
+    """Call ``wake`` (the benchmark dispatcher's) after each commit that queued an analysis run,
+    so a canary's run starts now rather than at the dispatcher's next look."""
+
+    def after_commit(session: Session) -> None:
+        if session.info.pop(_QUEUED, False):
+            wake()
+
+    def after_end(session: Session, transaction: SessionTransaction) -> None:
+        if transaction.parent is None:  # rolled back (after_commit ran first on a commit)
+            session.info.pop(_QUEUED, None)
+
+    event.listen(sessions, "after_commit", after_commit)
+    event.listen(sessions, "after_transaction_end", after_end)
 
 
 def _requester(state: RolloutState, stage: str) -> str:
@@ -501,5 +521,5 @@ def status(session: Session, state: RolloutState) -> list[dict[str, Any]]:
     return evidence(session, state.profile, state.generation)
 
 
-__all__ = ["Observation", "check_benchmark", "evidence", "observe", "start", "status", "stored_spec",
+__all__ = ["Observation", "bind", "check_benchmark", "evidence", "observe", "start", "status", "stored_spec",
            "verdict_of"]
