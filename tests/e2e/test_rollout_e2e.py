@@ -241,6 +241,15 @@ def settle(f: Fleet, hosts: dict[str, LoopHost], expect: dict[str, str]) -> int:
     return g
 
 
+def reasons(f: Fleet) -> list[str]:
+    """The reasons of the profile's events, oldest first."""
+    with f.api() as c:
+        r = c.get("/api/v1/events", params={"profile": PROFILE, "limit": 1000})
+        r.raise_for_status()
+        items = r.json()["items"]
+    return [e["reason"] for e in sorted(items, key=lambda e: str(e.get("firstTimestamp") or ""))]
+
+
 def canary_and_other(state: dict[str, Any]) -> tuple[str, str]:
     waves = {h["name"]: h["wave"] for h in state["hosts"]}
     assert sorted(waves) == sorted(HOSTS) and sorted(waves.values()) == [1, 2], state
@@ -253,6 +262,25 @@ def halted(f: Fleet, reason: str) -> dict[str, Any]:
     return dict(eventually(f"the rollout halted ({reason}) and rolled back", lambda: (
         (s := rollout(f)) and s["phase"] == "Halted" and s["reason"] == reason and s["rolledBack"]
         and s), timeout=ROLLOUT_TIMEOUT))
+
+
+def evidence(f: Fleet, state: dict[str, Any], host: LoopHost, verdict: str,
+             read_ahead: tuple[int, int]) -> dict[str, Any]:
+    """The rollout's analysis: one entry, for ``host``, with ``verdict``; its before-run read the
+    device at ``read_ahead[0]`` and its after-run at ``read_ahead[1]`` (as the runs recorded)."""
+    (entry,) = state["analysis"]
+    assert (entry["host"], entry["device"], entry["verdict"]) == (host.name, host.device, verdict), entry
+    assert not entry["reused"] and entry["reason"], entry
+    with f.api() as c:
+        for key, want in zip(("before", "after"), read_ahead, strict=True):
+            r = c.get(f"/api/v1/benchmarks/runs/{entry[key]}")
+            r.raise_for_status()
+            run = r.json()["status"]
+            assert run["state"] == "done", (key, run)
+            assert run["result"]["context"]["settings"][host.device]["read_ahead_kb"] == want, (key, run)
+    bandwidth = [o for o in entry["objectives"] if o["metric"] == "read_bandwidth"]
+    assert bandwidth, entry
+    return dict(entry)
 
 
 # -- the harness itself ------------------------------------------------------------------------
@@ -311,7 +339,10 @@ def test_a_regression_halts_after_the_canary_and_rolls_it_back(
     by_host = {h["name"]: h for h in final["hosts"]}
     assert by_host[other]["generation"] == first and by_host[other]["stage"] == "pending", final
     assert by_host[canary]["stage"] == "reverted", final
-    assert final["analysis"], final  # the canary's runs and verdict, kept with the rollout
+    assert {"Halted", "RolledBack"} <= set(reasons(fleet)), reasons(fleet)
+    # The canary's runs and verdict, kept with the rollout: a regression beyond the noise.
+    entry = evidence(fleet, final, pair[canary], "failed", (4096, 0))
+    assert {o["verdict"] for o in entry["objectives"] if o["metric"] == "read_bandwidth"} == {"worse"}
 
 
 @pytest.mark.slow(seconds=120)
@@ -336,7 +367,9 @@ def test_an_improvement_completes_on_both(fleet: Fleet, filled_pair: dict[str, L
     final = rollout(fleet)
     assert final is not None and final["phase"] == "Complete" and final["generation"] == first + 1
     assert final["reason"] is None and not final["rolledBack"]
-    assert final["analysis"], final
+    canary, _ = canary_and_other(final)
+    entry = evidence(fleet, final, pair[canary], "passed", (0, 4096))
+    assert all(o["verdict"] != "worse" for o in entry["objectives"]), entry
 
 
 #: A value each loop device refuses: a scheduler it does not offer (refused when planned), and
@@ -383,5 +416,6 @@ def test_hostile_a_value_the_device_refuses_halts_after_the_canary(
     final = rollout(fleet)
     assert final is not None and final["failures"] == 1, final
     by_host = {h["name"]: h for h in final["hosts"]}
-    assert by_host[canary]["failure"] in ("blocked", "apply-failed"), final
+    assert by_host[canary]["failure"] == "blocked", final
+    assert {"Halted", "RolledBack"} <= set(reasons(fleet)), reasons(fleet)
     assert by_host[other]["stage"] == "pending" and by_host[other]["generation"] == first, final
