@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -292,6 +293,70 @@ def test_live_updates_without_reload_and_no_layout_shift(browse: Any, plane: Pla
     ui.page.wait_for_selector(f'tr[data-host="{host_name(1)}"] >> text=ui-live=yes', timeout=TIMEOUT_MS)
     assert ui.page.evaluate("() => performance.getEntriesByType('navigation').length") == before
     assert ui.page.evaluate("() => window.__shift") < 0.01
+
+
+ROLLOUT = "ui-rollout"
+
+
+def rollout_of(plane: Plane, name: str) -> Any:
+    try:
+        return plane.call("GET", f"/api/v1/profiles/{name}/rollout")
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return None
+        raise
+
+
+def test_a_profile_shows_its_rollout_an_operator_pauses_it_and_a_viewer_sees_no_buttons(
+        browse: Any, plane: Plane) -> None:
+    # A canary of one host, then the other 199 after an hour's soak: the rollout stays open.
+    plane.call("POST", "/api/v1/profiles", {
+        "apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": ROLLOUT},
+        "spec": {"hostSelector": {"matchLabels": {"role": "fleet"}}, "priority": 200,
+                 "rules": [{"name": "loops", "match": {"kind": ["loop"]},
+                            "settings": {"read_ahead_kb": 512}}],
+                 "rollout": {"waves": [{"hosts": 1}, {"percent": 100}], "soak": "1h"}}})
+    fleet.wait_for("the rollout", lambda: rollout_of(plane, ROLLOUT), 60, 0.2)
+    assert [w["hosts"] for w in rollout_of(plane, ROLLOUT)["waves"]] == [1, HOSTS - 1]
+
+    ui = browse()
+    ui.sign_in(plane.tokens["operator"])
+    ui.go(f"#/profiles/{ROLLOUT}")
+    page = ui.page
+    page.wait_for_selector("[data-testid=rollout][data-phase=Progressing]")
+    rows = page.locator("table.waves tr[data-wave]")
+    assert rows.count() == 2
+    assert rows.nth(0).get_attribute("aria-current") == "step"  # the open wave
+    assert page.text_content('tr[data-wave="2"] td:nth-child(2)') == str(HOSTS - 1)
+    assert page.text_content('tr[data-wave="2"] td[data-stage="pending"]') == str(HOSTS - 1)
+    assert page.locator("[data-testid=rollout-actions] button").all_text_contents() == ["Pause", "Undo…"]
+    ui.shot("rollout-progressing")
+
+    page.click("[data-testid=rollout-actions] >> text=Pause")
+    page.wait_for_selector("[data-testid=rollout][data-phase=Paused]")
+    assert rollout_of(plane, ROLLOUT)["phase"] == "Paused"
+    assert page.locator("[data-testid=rollout-actions] button").all_text_contents() == ["Resume", "Undo…"]
+    # Undo asks first; keeping it sends nothing
+    page.click("text=Undo…")
+    dialog = page.wait_for_selector("[role=dialog][aria-label='Confirm undo']")
+    assert "generation 0" in str(dialog.text_content())  # the profile held nothing before
+    page.click("[role=dialog] >> text=Keep it")
+    assert page.locator("[role=dialog]").count() == 0
+    assert ("POST", f"/api/v1/profiles/{ROLLOUT}/rollout/undo") not in ui.api_calls
+    assert ("POST", f"/api/v1/profiles/{ROLLOUT}/rollout/pause") in ui.api_calls
+    ui.shot("rollout-paused")
+    ui.clean()
+
+    viewer = browse()
+    viewer.sign_in(plane.tokens["viewer"])
+    viewer.go(f"#/profiles/{ROLLOUT}")
+    viewer.page.wait_for_selector("[data-testid=rollout][data-phase=Paused]")
+    assert viewer.page.locator("table.waves tr[data-wave]").count() == 2
+    assert viewer.page.locator("[data-write]").count() == 0
+    for label in ("Pause", "Resume", "Undo…"):
+        assert viewer.page.get_by_role("button", name=label, exact=True).count() == 0, label
+    viewer.shot("rollout-viewer")
+    viewer.clean()
 
 
 def test_the_page_called_only_the_public_api(plane: Plane) -> None:

@@ -12,6 +12,7 @@ import { Empty, ErrorBox, Labels, Placeholder, Section, useCan, WRITE } from '..
 import { selectorText, when } from '../format.js';
 import { useFetch, usePoll } from '../hooks.js';
 import { go, href } from '../router.js';
+import { RolloutSection } from './rollout.jsx';
 
 const NEW = '_new'; // not a valid profile name: '#/profiles/_new' is the empty editor
 const validator = new Validator(schema, '2020-12', false);
@@ -267,6 +268,7 @@ function ProfileView({ name, mode }) {
         <p class="muted">generation {p.metadata.generation}, resourceVersion {p.metadata.resourceVersion}, created {when(p.metadata.creationTimestamp)}</p>
         <pre class="yaml" data-testid="yaml">{yaml}</pre>
       </Section>
+      <RolloutSection name={name} />
       <Section title="Hosts it selects" id="hosts"><SelectedHosts profile={p} /></Section>
     </div>
   );
