@@ -154,6 +154,13 @@ def test_hostile_all_at_once_takes_no_other_field(field: str) -> None:
     assert path == f"spec.rollout.{field}" and "all-at-once" in message
 
 
+def test_all_at_once_parses_back_from_its_canonical_form() -> None:
+    # document() (and a stored StorageProfile's) writes every default out: those say nothing.
+    spec = parse_rollout({"strategy": "all-at-once"})
+    assert parse_rollout(spec.document()) == spec
+    assert parse_rollout({"strategy": "all-at-once", "maxFailures": 0, "onFailure": "rollback"}) == spec
+
+
 def test_without_a_rollout_the_defaults_are_the_issues() -> None:
     spec = parse_rollout(None)
     assert spec.document() == {"strategy": "waves", "waves": [{"hosts": 1}, {"percent": 10},

@@ -247,7 +247,11 @@ class RolloutSpec(_Doc):
     @model_validator(mode="after")
     def _coherent(self) -> RolloutSpec:
         if self.strategy == "all-at-once":
-            extra = sorted(self.model_fields_set - {"strategy"})
+            # A field at its default says nothing: the canonical form (``document()``, and a
+            # StorageProfile's) writes every default out, and must parse back.
+            fields = type(self).model_fields
+            extra = sorted(f for f in self.model_fields_set - {"strategy"}
+                           if getattr(self, f) != fields[f].get_default(call_default_factory=True))
             if extra:
                 raise ValueError(f"@{extra[0]} strategy all-at-once changes every host at once, so"
                                  f" {', '.join(extra)} cannot apply: remove it, or use strategy: waves")
