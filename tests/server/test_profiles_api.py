@@ -241,7 +241,8 @@ def test_delete_waits_for_hosts_that_applied_it(app: Any, client: TestClient) ->
     assert client.delete(f"{API}/hosts/h2").status_code == 200  # h2 declared gone
     assert client.get(f"{PROFILES}/streaming").status_code == 404
     reasons = [e["reason"] for e in client.get(f"{API}/events?profile=streaming").json()["items"]]
-    assert reasons[:2] == ["Deleted", "Deleting"]
+    # The deletion's rollout (RolloutStarted, issue 27) writes its own events in between.
+    assert reasons[0] == "Deleted" and "Deleting" in reasons
 
 
 def test_status_write_moves_resource_version_not_generation(app: Any, client: TestClient) -> None:

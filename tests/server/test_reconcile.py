@@ -18,7 +18,7 @@ from sqlalchemy import select
 
 from stortune.server.agentclient import FakeAgentClient, FakeAgentClients, HostInfo
 from stortune.server.db.tables import HostConditionChange, HostLease
-from tests.server.builders import API, host_key, loop_topology, profile_doc, registration
+from tests.server.builders import API, host_key, loop_topology, profile_doc, registration, with_changes
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client
 
@@ -307,7 +307,9 @@ def test_hostile_a_rejected_setting_is_reported_and_the_rest_applied_until_the_s
     client: TestClient, agent: FakeAgentClient, eventually: Eventually,
 ) -> None:
     client.post(f"{API}/agents/register", json=registration("h1"))
-    client.post(f"{API}/profiles", json=profile_doc(settings={"scheduler": "bfq", "read_ahead_kb": 4096}))
+    # all-at-once: in waves a refused value halts the rollout and rolls the canary back (issue 27).
+    refused = profile_doc(settings={"scheduler": "bfq", "read_ahead_kb": 4096})
+    client.post(f"{API}/profiles", json=with_changes(refused, rollout={"strategy": "all-at-once"}))
     eventually(lambda: condition(client, "Applied") == ("False", "Rejected"), what="Applied=False")
     passes(eventually, agent, 4)
     # Sent once for the rest (not again every pass): read_ahead_kb is set, the scheduler is not.
@@ -323,7 +325,8 @@ def test_hostile_a_rejected_setting_is_reported_and_the_rest_applied_until_the_s
                         .get("phase") == "Failed" and p)
     assert status["hosts"]["rejected"] == 1 and status["rejectedHosts"] == ["h1"]
 
-    client.put(f"{API}/profiles/streaming", json=profile_doc(settings={"scheduler": "mq-deadline"}))
+    fixed = profile_doc(settings={"scheduler": "mq-deadline"})
+    client.put(f"{API}/profiles/streaming", json=with_changes(fixed, rollout={"strategy": "all-at-once"}))
     converged(client, eventually, {"streaming": 2})
     assert value(agent, "scheduler") == "mq-deadline" and calls(agent, "apply") == 2
 
@@ -466,7 +469,9 @@ def test_the_periodic_pass_does_not_cut_a_backoff_short(db_url: str) -> None:
         for name in ("h1", "h2"):
             hosts.register(session, Registration.model_validate(registration(name)),
                            proof=Proof(host_key(name)), lease_duration_s=15, now=clock())
-        profiles.create(session, profiles.validate(profile_doc()), clock())
+        # all-at-once: both hosts at once, no rollout driver here (issue 27).
+        at_once = with_changes(profile_doc(), rollout={"strategy": "all-at-once"})
+        profiles.create(session, profiles.validate(at_once), clock())
 
     async def scenario() -> None:
         reconciler = Reconciler(sessions, agents, interval=0.05, clock=clock,

@@ -21,7 +21,7 @@ from stortune.server.errors import NotFound
 from stortune.server.models.hosts import settings_table
 from stortune.server.reconciler.decide import HostView
 from stortune.server.reconciler.report import Update
-from stortune.server.services import experiments, hosts, profiles
+from stortune.server.services import experiments, hosts, profiles, rollouts
 from stortune.server.services.fleet_state import FleetState
 from stortune.server.services.versions import current_resource_version
 from stortune.server.versioned import VersionedCache
@@ -94,12 +94,11 @@ def _load(session: Session, name: str, cache: Topologies) -> HostView | None:
         # The hash is a digest of the structure and values the agent sent with it.
         topology = _topology(session.scalar(select(Host.topology).where(Host.name == name)))
         cache.put(host.topology_hash, topology)
-    live, invalid = [], {}
-    for row in profiles.selecting(session, host.effective_labels):
-        try:
-            live.append(profiles.stored_profile(row))
-        except profiles.StoredProfileInvalid as exc:
-            invalid[row.name] = "; ".join(f"{c.field}: {c.message}" for c in exc.causes)
+    # Each profile at the generation the host must hold: a rollout's pin, or the current one.
+    invalid: dict[str, str] = {}
+    labels = host.effective_labels
+    live = rollouts.desired(session, name, profiles.selecting(session, labels), labels=labels,
+                            invalid=invalid)
     deleting = profiles.being_deleted(session, host.applied_generations)
     status = host.status
     return HostView(

@@ -15,7 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from stortune.server.db.tables import Host, Profile
-from stortune.server.services import events
+from stortune.server.services import events, rollouts
 
 #: Held while any host may still carry the profile's settings; the reconciler
 #: restores them, reports the host's applied generations, and the row goes.
@@ -44,8 +44,11 @@ def release_finished(session: Session, now: datetime) -> list[str]:
     held = holders(session)
     released = []
     for row in deleting:
-        if row.name not in held:
+        # A host pinned by the deletion's rollout at a live generation still holds it (its wave
+        # has not come), even when it has not reported it applied yet.
+        if row.name not in held and not rollouts.held_live(session, row.name):
             session.delete(row)
+            rollouts.forget(session, row.name)
             events.record(session, kind="StorageProfile", name=row.name, profile=row.name, type="Normal",
                           reason="Deleted", message="no host holds its settings any more", now=now)
             released.append(row.name)

@@ -24,7 +24,7 @@ from stortune.server.errors import AlreadyExists, Cause, Conflict, Invalid, NotF
 from stortune.server.models.common import unstorable
 from stortune.server.models.hosts import holding_kernel_refusals, rebooted, settings_table
 from stortune.server.models.meta import parse_resource_version
-from stortune.server.services import events, finalizers, hosts
+from stortune.server.services import events, finalizers, hosts, rollouts
 from stortune.server.services.finalizers import FINALIZER
 from stortune.server.services.versions import current_resource_version, next_resource_version
 
@@ -157,6 +157,9 @@ def create(session: Session, profile: StorageProfile, now: datetime) -> Profile:
     request_reconcile(session, hosts.select_names(session, selector(row.spec)),
                       f"profile {row.name} created")
     try:
+        session.flush()  # the row first: the rollout reads the profile's current generation
+        rollouts.forget(session, row.name)  # what an earlier profile of this name left
+        rollouts.on_new_generation(session, row.name, None, _with_generation(profile, 1), 1, now=now)
         session.commit()
     except IntegrityError:  # a concurrent create won the race
         session.rollback()
@@ -216,6 +219,10 @@ def replace(session: Session, name: str, profile: StorageProfile, now: datetime)
         session.rollback()  # a no-op write keeps its resourceVersion, as in Kubernetes
         return row
     spec_changed = new["generation"] != row.generation
+    try:
+        before: StorageProfile | None = stored_profile(row) if spec_changed else None
+    except StoredProfileInvalid:
+        before = None  # no host could plan with it: the replacement reaches every host at once
     for key, value in new.items():
         setattr(row, key, value)
     row.resource_version = version
@@ -227,6 +234,13 @@ def replace(session: Session, name: str, profile: StorageProfile, now: datetime)
                    *hosts.select_names(session, selector(row.spec))}
         request_reconcile(session, sorted(targets), f"profile {name} changed")
     try:
+        if spec_changed:
+            session.flush()  # the row first (a concurrent write fails here): the rollout reads it
+            if before is None:
+                rollouts.drop(session, name, now)
+            else:
+                rollouts.on_new_generation(session, name, before, _with_generation(profile, row.generation),
+                                           row.generation, now=now)
         session.commit()
     except StaleDataError:
         session.rollback()
@@ -273,8 +287,18 @@ def delete(session: Session, name: str, now: datetime) -> tuple[Profile, bool]:
         events.record(session, kind=KIND, name=name, profile=name, type="Normal", reason="Deleting",
                       message=f"waiting for {len(holders)} host(s) to restore its settings: "
                       + ", ".join(holders), now=now)
+        session.flush()
+        try:
+            before: StorageProfile | None = stored_profile(row)
+        except StoredProfileInvalid:
+            before = None
+        if before is None:
+            rollouts.drop(session, name, now)
+        else:  # the restorations roll out too: a tombstone generation, one past the last
+            rollouts.on_new_generation(session, name, before, None, row.generation + 1, now=now)
     else:
         session.delete(row)
+        rollouts.forget(session, name)
         events.record(session, kind=KIND, name=name, profile=name, type="Normal", reason="Deleted",
                       message="no host had it applied", now=now)
     request_reconcile(session, sorted(targets), f"profile {name} deleted")

@@ -45,15 +45,15 @@ MAX_BY_LENGTH = 256
 _WARNINGS = frozenset({"HostFailed", "Halted", "RolledBack", "Undone"})
 _PINS_PER_STATEMENT = 500  # bound on a batched statement's parameters (SQLite allows 32,766)
 
-#: A host's desired state for one profile: (device id, tunable) -> (value, mode), plus its errors.
-DesiredMap = dict[tuple[str, ...], object]
+#: A host's desired state for one profile: "device id NUL tunable" -> (value, mode), and its errors.
+DesiredMap = dict[str, object]
 
 
 # -- starting ------------------------------------------------------------------------------
 def rollout_spec(profile: StorageProfile | None) -> RolloutSpec:
     """The profile's spec.rollout, or the default waves."""
-    spec = None if profile is None else getattr(profile.spec, "rollout", None)
-    return spec if isinstance(spec, RolloutSpec) else RolloutSpec()
+    spec = None if profile is None else profile.spec.rollout
+    return spec if spec is not None else RolloutSpec()
 
 
 def record_generation(session: Session, name: str, generation: int, spec: Mapping[str, Any] | None,
@@ -68,8 +68,7 @@ def forget(session: Session, name: str) -> None:
     profile created again under the name starts afresh)."""
     session.execute(delete(Rollout).where(Rollout.profile == name))
     session.execute(delete(ProfileGeneration).where(ProfileGeneration.profile == name))
-    if session.execute(delete(RolloutPin).where(RolloutPin.profile == name)).rowcount:
-        next_resource_version(session)
+    _unpin(session, name)
 
 
 def on_new_generation(session: Session, profile_name: str, before: StorageProfile | None,
@@ -88,7 +87,7 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
     old = machine.RolloutState.model_validate(row.state) if row is not None else None
     spec = rollout_spec(after if after is not None else before)
     if spec.strategy == "all-at-once":
-        _drop(session, profile_name, row)
+        drop(session, profile_name, now)
         return None
     # The new rollout starts from the last completed generation: compare with what that holds,
     # or a host a live rollout had not reached yet would skip its change.
@@ -100,7 +99,7 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
     hosts = concerned(session, base_profile, after)
     if not hosts and not (live and old is not None and
                           any(s.generation != old.last_completed for s in old.hosts.values())):
-        _drop(session, profile_name, row)
+        drop(session, profile_name, now)
         return None
     stamp = now.timestamp()
     if live and old is not None:
@@ -119,7 +118,7 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
         row.known = sorted(state.hosts)
         row.commands = []
         row.updated_at = now
-    session.execute(delete(RolloutPin).where(RolloutPin.profile == profile_name))
+    _unpin(session, profile_name)
     write_pins(session, profile_name, {h: hs.generation for h, hs in state.hosts.items()})
     execute(session, state, actions, now)
     prune(session, profile_name, {generation, state.previous, *(s.generation for s in state.hosts.values())})
@@ -127,12 +126,18 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
     return state
 
 
-def _drop(session: Session, name: str, row: Rollout | None) -> None:
-    """No rollout: every host takes the profile's current generation at once."""
+def drop(session: Session, name: str, now: datetime) -> None:
+    """No rollout: every host takes the profile's current generation at once (a live rollout
+    of an older one ends, its pins go)."""
+    row = session.get(Rollout, name)
     if row is not None:
+        if row.phase != "Complete":
+            events.record(session, kind=KIND, name=name, profile=name, type="Normal", reason="Superseded",
+                          message=f"the rollout of generation {row.generation} ends: the new generation"
+                                  " reaches every host at once", now=now)
         session.delete(row)
-    if session.execute(delete(RolloutPin).where(RolloutPin.profile == name)).rowcount:
-        next_resource_version(session)
+    _unpin(session, name)
+    prune(session, name, ())
 
 
 def _spec_document(profile: StorageProfile) -> dict[str, Any]:
@@ -199,9 +204,9 @@ def desired_map(profile: StorageProfile, topology: Topology) -> DesiredMap:
     """What ``profile`` alone makes the host hold: each setting's value and mode, and the settings
     it cannot make (a rejected value changes what the host reports, so it counts as a change)."""
     result = plan([profile], topology)
-    out: DesiredMap = {(d.device_id, d.tunable): (d.desired, d.source.mode) for d in result.desired}
+    out: DesiredMap = {f"{d.device_id}\0{d.tunable}": (d.desired, d.source.mode) for d in result.desired}
     for r in result.rejections:
-        out[("rejected", r.device_id, r.tunable)] = (r.value, r.fatal)
+        out[f"{r.device_id}\0{r.tunable}\0rejected"] = (r.value, r.fatal)
     return out
 
 
@@ -222,17 +227,23 @@ def write_pins(session: Session, profile: str, pins: Mapping[str, int]) -> None:
         session.execute(stmt.execution_options(synchronize_session=False))
 
 
+def _unpin(session: Session, profile: str) -> None:
+    """Drop the profile's pins; the resourceVersion moves when there were any (cached views)."""
+    if session.scalar(select(RolloutPin.host).where(RolloutPin.profile == profile).limit(1)) is not None:
+        next_resource_version(session)
+        session.execute(delete(RolloutPin).where(RolloutPin.profile == profile))
+
+
 def pins_of(session: Session, profile: str) -> dict[str, int]:
     """host -> pinned generation of ``profile``."""
     return dict(session.execute(select(RolloutPin.host, RolloutPin.generation)
-                                .where(RolloutPin.profile == profile)).tuples().all())
+                                .where(RolloutPin.profile == profile)).all())
 
 
 def release(session: Session, profile: str) -> None:
     """A rollout completed: its pins go (every host takes the current generation) and the stored
     generations no longer referenced with them."""
-    if session.execute(delete(RolloutPin).where(RolloutPin.profile == profile)).rowcount:
-        next_resource_version(session)
+    _unpin(session, profile)
     row = session.get(Rollout, profile)
     keep = set()
     if row is not None:
@@ -331,16 +342,18 @@ def desired(session: Session, host_name: str, selecting_rows: Sequence[Profile],
     profile at its pin (nothing when the pin is 0, a tombstone, or a generation whose selector
     leaves the host out; a profile being deleted is kept while pinned at a live generation), an
     unpinned selecting profile at its current generation. ``invalid`` collects the profiles this
-    version refuses (name -> why), as the reconciler reports them."""
+    version refuses (name -> why), as the reconciler reports them. ``spec.rollout`` is left out:
+    it is the control plane's, and an agent has no use for it."""
     from stortune.server.services import profiles  # profiles imports this module
 
     pins = dict(session.execute(select(RolloutPin.profile, RolloutPin.generation)
-                                .where(RolloutPin.host == host_name)).tuples().all())
+                                .where(RolloutPin.host == host_name)).all())
+    selecting = {r.name for r in selecting_rows}
     rows = {r.name: r for r in selecting_rows}
     missing = sorted(set(pins) - set(rows))
     if missing:
         rows.update({r.name: r for r in session.scalars(select(Profile).where(Profile.name.in_(missing)))})
-    wanted = [(name, g) for name, g in pins.items() if name in rows and g > 0 and g != rows[name].generation]
+    wanted = [(name, g) for name, g in pins.items() if name in rows and 0 < g != rows[name].generation]
     stored: dict[tuple[str, int], ProfileGeneration] = {}
     if wanted:
         stored = {(r.profile, r.generation): r for r in session.scalars(select(ProfileGeneration).where(
@@ -349,34 +362,46 @@ def desired(session: Session, host_name: str, selecting_rows: Sequence[Profile],
     for name in sorted(rows):
         row = rows[name]
         pin = pins.get(name)
+        if pin is None and (name not in selecting or row.deletion_timestamp is not None):
+            continue
+        if pin is not None and pin <= 0:
+            continue
         try:
-            if pin is None:
-                if row.deletion_timestamp is None and name in {r.name for r in selecting_rows}:
-                    out.append(profiles.stored_profile(row))
-                continue
-            if pin <= 0:
-                continue
-            if pin == row.generation:
+            if pin is None or pin == row.generation:
                 # Its current generation, also while it is being deleted (the tombstone is newer).
                 found: StorageProfile | None = profiles.stored_profile(row)
             else:
                 kept = stored.get((name, pin))
                 found = (None if kept is None or kept.spec is None
                          else _parsed(name, pin, kept.created_at, kept.spec, row))
-        except (profiles.StoredProfileInvalid, ValidationError) as exc:
+        except profiles.StoredProfileInvalid as exc:
             if invalid is not None:
-                invalid[name] = (str(exc) if isinstance(exc, ValidationError)
-                                 else "; ".join(f"{c.field}: {c.message}" for c in exc.causes))
+                invalid[name] = "; ".join(f"{c.field}: {c.message}" for c in exc.causes)
             continue
-        if found is not None and _selects(found.spec.hostSelector, labels):
-            out.append(found)
+        except ValidationError as exc:  # a stored generation this version refuses
+            if invalid is not None:
+                invalid[name] = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                                          for e in exc.errors(include_url=False))
+            continue
+        if found is None or (pin is not None and not _selects(found.spec.hostSelector, labels)):
+            continue
+        out.append(_without_rollout(found))
     return out
+
+
+def _without_rollout(profile: StorageProfile) -> StorageProfile:
+    if profile.spec.rollout is None:
+        return profile
+    return profile.model_copy(update={"spec": profile.spec.model_copy(update={"rollout": None})})
 
 
 def held_live(session: Session, profile: str) -> list[str]:
     """Hosts pinned at a generation of ``profile`` that holds something (not 0, not a
-    tombstone): a profile being deleted waits for them as for hosts that report it applied."""
-    pins = pins_of(session, profile)
+    tombstone): a profile being deleted waits for them as for hosts that report it applied. A
+    host deleted (declared gone) holds nothing, whatever its pin says."""
+    pins = dict(session.execute(select(RolloutPin.host, RolloutPin.generation)
+                                .join(Host, Host.name == RolloutPin.host)
+                                .where(RolloutPin.profile == profile)).all())
     if not pins:
         return []
     live = {g for g, spec in session.execute(
@@ -450,6 +475,9 @@ def command(session: Session, profile: str, command: str, by: str, now: datetime
     if command not in get_args(machine.Command):
         raise Invalid([Cause("command", f"{command[:40]!r} is not a rollout command: pause, resume or undo")],
                       kind="Rollout", name=profile)
+    # The write lock first (db/engine.py): on SQLite a read then a write fails at once ("database
+    # is locked") when another writer committed in between, as the reconciler's do all the time.
+    next_resource_version(session)
     row = session.get(Rollout, profile)
     if row is None:
         raise NotFound("Rollout", profile)
