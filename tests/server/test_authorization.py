@@ -50,6 +50,23 @@ class World:
         assert self.admin.post(f"{API}/profiles", json=profile_doc(name)).status_code == 201
         return name
 
+    def rollout(self, name: str) -> str:
+        """A profile selecting h1 and its rollout, started as a profile write starts one."""
+        from unittest import mock
+
+        from stortune.server.db.tables import Rollout
+        from stortune.server.services import profiles, rollouts
+
+        assert self.app is not None
+        self.profile(name)
+        with self.app.state.sessions() as session, mock.patch.object(rollouts, "request_wake"):
+            if session.get(Rollout, name) is None:
+                row = profiles.get(session, name)
+                rollouts.on_new_generation(session, name, None, profiles.stored_profile(row),
+                                           row.generation, now=row.created_at)
+                session.commit()
+        return name
+
     def host(self, name: str, labels: dict[str, str] | None = None) -> str:
         body = registration(name, labels=labels, topology=loop_topology(name))
         assert self.admin.post(f"{API}/agents/register", json=body, headers=keyed(name)).status_code == 200
@@ -156,6 +173,18 @@ TABLE: dict[tuple[str, str], Case] = {
     ("PUT", "/profiles/{name}"): Case(WRITERS, lambda w, t: (
         f"/profiles/{w.profile(f'put-{t}')}", {"json": profile_doc(f"put-{t}", priority=5)})),
     ("DELETE", "/profiles/{name}"): Case(WRITERS, lambda w, t: (f"/profiles/{w.profile(f'del-{t}')}", {})),
+    # Rollouts: read as profiles are, steered by who may write them (api/routes/rollouts.py).
+    ("GET", "/profiles/{name}/rollout"): Case(READERS, lambda w, t: (
+        f"/profiles/{w.rollout(f'ro-{t}')}/rollout", {})),
+    ("POST", "/profiles/{name}/rollout/pause"): Case(WRITERS, lambda w, t: (
+        f"/profiles/{w.rollout(f'rp-{t}')}/rollout/pause", {})),
+    ("POST", "/profiles/{name}/rollout/resume"): Case(WRITERS, lambda w, t: (
+        f"/profiles/{w.rollout(f'rr-{t}')}/rollout/resume", {})),
+    ("POST", "/profiles/{name}/rollout/undo"): Case(WRITERS, lambda w, t: (
+        f"/profiles/{w.rollout(f'ru-{t}')}/rollout/undo", {})),
+    # The answer to an unknown command (404 naming it); a known one is taken by its own route.
+    ("POST", "/profiles/{name}/rollout/{command}"): Case(WRITERS, lambda w, t: (
+        f"/profiles/{w.rollout(f'rc-{t}')}/rollout/pause", {})),
     # A dry run plans every host: writers only, as for ?dryRun=All (it needs the right to write).
     ("POST", "/plans"): Case(WRITERS, lambda w, t: ("/plans", {"json": {
         "profiles": [profile_doc(f"plan-{t}")], "delete": [w.profile(f"plan-del-{t}")]}})),

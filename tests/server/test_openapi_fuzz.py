@@ -78,7 +78,10 @@ def _fuzz(operations: list[Any], token: str, mode: GenerationMode, pinned: bool)
         if pinned and "{name}" in operation.path:
             names = {"name": PROFILE if "/profiles/" in operation.path else HOST}
 
-        @given(case=operation.as_strategy(generation_mode=mode, path_parameters=names or None))
+        # A rollout's watch streams until its timeout: one second, so each case ends.
+        query = {"timeoutSeconds": 1} if operation.path.endswith("/rollout") else None
+
+        @given(case=operation.as_strategy(generation_mode=mode, path_parameters=names or None, query=query))
         @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
         def no_server_error(case: Any) -> None:
