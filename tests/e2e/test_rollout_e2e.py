@@ -309,7 +309,7 @@ def test_two_agents_each_alone_with_its_loop_device(fleet: Fleet, pair: dict[str
 # -- the tests issue 27 asks for ---------------------------------------------------------------
 
 
-@pytest.mark.slow(seconds=120)
+@pytest.mark.slow(seconds=60)
 def test_a_regression_halts_after_the_canary_and_rolls_it_back(
         fleet: Fleet, filled_pair: dict[str, LoopHost], tmp_path: Path) -> None:  # noqa: F811
     pair = filled_pair
@@ -345,7 +345,7 @@ def test_a_regression_halts_after_the_canary_and_rolls_it_back(
     assert {o["verdict"] for o in entry["objectives"] if o["metric"] == "read_bandwidth"} == {"worse"}
 
 
-@pytest.mark.slow(seconds=120)
+@pytest.mark.slow(seconds=60)
 def test_an_improvement_completes_on_both(fleet: Fleet, filled_pair: dict[str, LoopHost],  # noqa: F811
                                           tmp_path: Path) -> None:
     pair = filled_pair
