@@ -28,10 +28,12 @@ from sqlalchemy.orm.exc import StaleDataError
 
 from stortune.schemas.profile import LabelSelector
 from stortune.schemas.rollout import machine
+from stortune.schemas.rollout import waves as dealing
 from stortune.server import rollout_analysis
 from stortune.server.db.tables import Profile, ProfileGeneration, Rollout
 from stortune.server.services import finalizers, rollouts
 from stortune.server.services.fleet_state import FleetState, HostRecord
+from stortune.server.services.versions import next_resource_version
 from stortune.server.shards import AllShards, LeaseLost, Ownership, fenced
 
 log = logging.getLogger(__name__)
@@ -111,6 +113,14 @@ def observe(state: machine.RolloutState, records: Mapping[str, HostRecord], *,
     wanted = tuple(c for c in commands if c in _COMMANDS)
     return machine.Observed(hosts=hosts, commands=wanted,  # validated again by the model
                             enrolled=tuple(enrolled), departed=tuple(departed))
+
+
+def in_rollout_order(state: machine.RolloutState) -> machine.RolloutState:
+    """The state with its hosts in rollout order again: the machine starts a wave's hosts in the
+    order of its hosts mapping, and PostgreSQL's JSONB does not keep the order of an object's keys."""
+    profile = state.profile
+    hosts = sorted(state.hosts.items(), key=lambda kv: (kv[1].wave, dealing.order_key(profile, kv[0]), kv[0]))
+    return state.model_copy(update={"hosts": dict(hosts)})
 
 
 def pending_commands(stored: Any) -> list[str]:
@@ -211,30 +221,25 @@ class RolloutDriver:
         return written
 
     def _step(self, name: str) -> bool:
+        """Decide on a read; only when there is something to write, decide again in a transaction
+        that takes the write lock first (the resourceVersion bump: on SQLite a transaction that
+        read and then wrote fails at once if another writer committed in between, db/engine.py)."""
         records, _ = self.fleet.snapshot()
+        now = self._clock()
         with self._sessions() as session:
-            row = session.get(Rollout, name)
-            if row is None:
+            if _decide(session, name, records, now) is None:
                 return False
-            state = machine.RolloutState.model_validate(row.state)
-            stored_commands = list(row.commands or [])
-            profile = session.get(Profile, name)
-            selects = _selector_of(profile)
-            holds_nothing = _generations(session, state, records)
-            known = set(row.known or ())
-            observed = observe(state, records, holds_nothing=holds_nothing, selects=selects, known=known,
-                               commands=pending_commands(stored_commands),
-                               analysis=_analysis(session, state, records))
-            now = self._clock()
-            new, actions = machine.step(state, observed, now.timestamp())
-            seen = known | set(new.hosts)
-            if new == state and not actions and not stored_commands and seen == known:
+        with self._sessions() as session:
+            next_resource_version(session)
+            step = _decide(session, name, records, now)
+            if step is None:  # another server or a command wrote meanwhile: the next pass decides
                 return False
+            row, profile, new, actions = step
             row.state = new.model_dump(mode="json")
             row.phase = new.phase
             row.generation = new.generation
-            row.known = sorted(seen)
-            row.commands = []
+            row.known = sorted({*row.known, *new.hosts})
+            row.commands = []  # every pending one was fed to this step
             row.updated_at = now
             rollouts.execute(session, new, actions, now)
             if new.phase == "Complete":
@@ -243,6 +248,27 @@ class RolloutDriver:
                     finalizers.release_finished(session, now)  # a deletion rolled out: the row may go
             session.commit()
         return True
+
+
+_Step = tuple[Rollout, Profile | None, machine.RolloutState, list[machine.Action]]
+
+
+def _decide(session: Session, name: str, records: Mapping[str, HostRecord], now: datetime) -> _Step | None:
+    """The machine's step on the stored row and the fleet index; None when it changes nothing."""
+    row = session.get(Rollout, name)
+    if row is None:
+        return None
+    state = in_rollout_order(machine.RolloutState.model_validate(row.state))
+    stored_commands = list(row.commands or [])
+    profile = session.get(Profile, name)
+    known = set(row.known or ())
+    observed = observe(state, records, holds_nothing=_generations(session, state, records),
+                       selects=_selector_of(profile), known=known, commands=pending_commands(stored_commands),
+                       analysis=_analysis(session, state, records))
+    new, actions = machine.step(state, observed, now.timestamp())
+    if new == state and not actions and not stored_commands and set(new.hosts) <= known:
+        return None
+    return row, profile, new, actions
 
 
 def _selector_of(profile: Profile | None) -> Callable[[HostRecord], bool] | None:
