@@ -359,6 +359,70 @@ def test_a_profile_shows_its_rollout_an_operator_pauses_it_and_a_viewer_sees_no_
     viewer.clean()
 
 
+REFUSED = "ui-refused"
+#: Hollow hosts have no disks to benchmark: the analysis list is added to the server's own answer.
+ANALYSIS = [
+    {"host": host_name(5), "before": "run-before-1", "after": "run-after-1", "verdict": "failed",
+     "reused": False, "objectives": [{"metric": "read_iops", "changePct": -18.5}], "reason": HOSTILE,
+     "context": []},
+    {"host": HOSTILE, "before": "run-before-2", "after": None, "verdict": None, "reused": True,
+     "objectives": [], "reason": None, "context": []},
+]
+
+
+def test_a_halted_rollout_shows_its_failed_hosts_why_and_the_analysis_with_links_to_the_runs(
+        browse: Any, plane: Plane) -> None:
+    # a scheduler no loop device offers: the canary refuses it, one failure is past maxFailures 0
+    plane.call("POST", "/api/v1/profiles", {
+        "apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": REFUSED},
+        "spec": {"hostSelector": {"matchLabels": {"role": "fleet"}},
+                 "rules": [{"name": "loops", "match": {"kind": ["loop"]},
+                            "settings": {"scheduler": "bfq-turbo"}}],
+                 "rollout": {"waves": [{"hosts": 1}, {"percent": 100}]}}})
+    fleet.wait_for("the halt", lambda: (rollout_of(plane, REFUSED) or {}).get("phase") == "Halted", 90, 0.2)
+    halted = rollout_of(plane, REFUSED)
+    assert halted["reason"] == "FailureLimit"
+    (canary,) = [h["name"] for h in halted["hosts"] if h["stage"] == "failed" or h["failure"]]
+
+    ui = browse()
+
+    def with_analysis(route: Any) -> None:
+        answer = route.fetch()
+        body = answer.json()
+        body["analysis"] = ANALYSIS
+        route.fulfill(response=answer, json=body)
+
+    ui.page.route(f"**/api/v1/profiles/{REFUSED}/rollout", with_analysis)
+    ui.sign_in(plane.tokens["operator"])
+    ui.go(f"#/profiles/{REFUSED}")
+    page = ui.page
+    page.wait_for_selector("[data-testid=rollout][data-phase=Halted]")
+    assert page.text_content("[data-testid=rollout-reason]") == "FailureLimit"
+    failed = page.wait_for_selector(f'[data-testid=failed-hosts] li[data-host="{canary}"]')
+    assert "blocked" in str(failed.text_content()), failed.text_content()
+    assert page.get_attribute(f'[data-testid=failed-hosts] a[href="#/hosts/{canary}"]', "href")
+    table = page.wait_for_selector("[data-testid=analysis]")
+    assert page.locator('[data-testid=analysis] a[href="#/benchmarks/run-before-1"]').count() == 1
+    assert page.locator('[data-testid=analysis] a[href="#/benchmarks/run-after-1"]').count() == 1
+    assert page.locator('[data-testid=analysis] a[href="#/compare/run-before-1/run-after-1"]').count() == 1
+    text = str(table.text_content())
+    assert "failed" in text and "read_iops" in text and "waiting" in text and "(reused)" in text
+    assert HOSTILE in text  # shown as text, run as nothing
+    assert page.evaluate("() => document.querySelectorAll('img').length") == 0
+    # rolled back: neither resume nor undo moves the hosts again, a new generation does
+    assert page.locator("[data-testid=rollout-actions] button").count() == 0
+    assert page.is_visible("[data-testid=rolled-back]")
+    ui.shot("rollout-halted")
+    ui.clean()
+    # what the alert StortuneRolloutHalted reads, from the same server
+    scrape = urllib.request.Request(  # noqa: S310 - loopback only
+        plane.base + "/metrics", headers={"Authorization": f"Bearer {plane.admin}"})
+    with urllib.request.urlopen(scrape, timeout=30) as answer:  # noqa: S310 - loopback only
+        scraped = answer.read().decode()
+    assert f'stortune_rollout_halted{{profile="{REFUSED}"}} 1' in scraped
+    assert f'stortune_rollout_info{{profile="{REFUSED}",phase="Halted",reason="FailureLimit"}} 1' in scraped
+
+
 def test_the_page_called_only_the_public_api(plane: Plane) -> None:
     """Every call the pages made above is a documented operation of /openapi.json."""
     assert len(plane.calls) > 20

@@ -28,12 +28,14 @@ function stagesOf(waves) {
   return [...STAGES, ...extra];
 }
 
-/** Which commands make sense now; the server still decides (a stale page gets its 4xx). */
+/** The commands the machine acts on in this state (schemas/rollout/machine.py _command); any
+ * other it ignores with an event. Once reverts were sent (a rollback, an undo) only a new
+ * generation of the profile moves the hosts again. */
 export function commandsFor(status) {
   const out = [];
   if (status.phase === 'Progressing') out.push('pause');
-  if (status.phase === 'Paused' || (status.phase === 'Halted' && status.reason !== 'Undone')) out.push('resume');
-  if (status.reason !== 'Undone') out.push('undo');
+  if (status.phase === 'Paused' || (status.phase === 'Halted' && !status.rollback)) out.push('resume');
+  if (!status.rollback) out.push('undo');
   return out;
 }
 
@@ -180,6 +182,7 @@ export function RolloutSection({ name }) {
           {s.reason ? <> — <strong data-testid="rollout-reason">{s.reason}</strong>: {REASONS[s.reason] || ''}</> : null}
           {s.rollback ? <span class="muted">{s.rolledBack ? ' (rolled back)' : ' (rolling back)'}</span> : null}
         </p>
+        {s.rollback && <p class="muted" data-testid="rolled-back">The changed hosts are put back on generation {s.previous}: edit the profile to roll out a new generation.</p>}
         <p class="muted">
           {s.phase === 'Complete' ? `all ${(s.waves || []).length} waves done` : `wave ${s.wave} of ${(s.waves || []).length} open`}
           {`; failures ${s.failures} of at most ${s.maxFailures}`}{s.excused ? ` (${s.excused} excused)` : ''}
