@@ -82,6 +82,11 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
     changes)."""
     record_generation(session, profile_name, generation,
                       None if after is None else _spec_document(after), now)
+    if before is not None and before.metadata.generation:
+        # Hosts stay pinned at it: kept also when it predates rollouts (a database migrated to 0017).
+        known = session.get(ProfileGeneration, (profile_name, before.metadata.generation))
+        if known is None:
+            record_generation(session, profile_name, before.metadata.generation, _spec_document(before), now)
     row = session.get(Rollout, profile_name)
     live = row is not None and row.phase != "Complete"
     old = machine.RolloutState.model_validate(row.state) if row is not None else None
