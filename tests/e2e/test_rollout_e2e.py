@@ -327,7 +327,7 @@ def test_a_regression_halts_after_the_canary_and_rolls_it_back(
                    lambda: applied(fleet, canary) == first and fleet.is_(canary, "Ready"))
         code, out = wait_complete(fleet, "30s")
 
-    assert code == 1, out
+    assert code == 1 and f"rollout of {PROFILE} halted" in out, out
     assert seen.errors == []
     # The canary took 0 (its after-run read at 0) and went back; the other host never moved.
     assert seen.history(canary, "read_ahead_kb") == ["4096", "0", "4096"]
@@ -340,6 +340,9 @@ def test_a_regression_halts_after_the_canary_and_rolls_it_back(
     assert by_host[other]["generation"] == first and by_host[other]["stage"] == "pending", final
     assert by_host[canary]["stage"] == "reverted", final
     assert {"Halted", "RolledBack"} <= set(reasons(fleet)), reasons(fleet)
+    shown = fleet.cli("rollout", "status", PROFILE)
+    assert shown.returncode == 0 and "Halted (AnalysisFailed)" in shown.stdout, shown.stdout + shown.stderr
+    assert canary in shown.stdout and other in shown.stdout, shown.stdout
     # The canary's runs and verdict, kept with the rollout: a regression beyond the noise.
     entry = evidence(fleet, final, pair[canary], "failed", (4096, 0))
     assert {o["verdict"] for o in entry["objectives"] if o["metric"] == "read_bandwidth"} == {"worse"}
@@ -355,7 +358,7 @@ def test_an_improvement_completes_on_both(fleet: Fleet, filled_pair: dict[str, L
     with Sampler(pair, ("read_ahead_kb",)) as seen:
         apply(fleet, tmp_path, profile(pair, "{read_ahead_kb: 4096}", GATED))
         code, out = wait_complete(fleet, "5m")
-        assert code == 0, out
+        assert code == 0 and f"rollout of {PROFILE} is complete" in out, out
         for host in pair.values():
             eventually(f"{host.name} at generation {first + 1}",
                        partial(fleet.converged, host.name, PROFILE))
@@ -404,7 +407,7 @@ def test_hostile_a_value_the_device_refuses_halts_after_the_canary(
                    lambda: pair[canary].queue("read_ahead_kb") == "2048")
         code, out = wait_complete(fleet, "30s")
 
-    assert code == 1, out
+    assert code == 1 and f"rollout of {PROFILE} halted" in out, out
     assert seen.errors == []
     # The other host: every attribute as it was, all along; its generation the first.
     for attr in attrs:
