@@ -25,6 +25,9 @@ from stortune.schemas.rollout.spec import RolloutSpec
 from stortune.server.db.tables import Rollout
 from stortune.server.metrics.rollouts import STAGES, RolloutGauges, rollout_lines, stage_counts
 from stortune.server.services.versions import next_resource_version
+from tests.server.builders import API, loop_topology, profile_doc, registration
+from tests.server.conftest import Eventually
+from tests.server.support import admin_client
 from tests.server.test_metrics import Samples, lint, parse, sample, scrape
 
 NOW = datetime(2025, 3, 1, 12, 0, tzinfo=UTC)
@@ -250,3 +253,32 @@ def test_the_scrape_serves_the_rollouts_next_to_the_fleet(app: FastAPI) -> None:
     assert sample(s, "stortune_rollout_halted", profile="bad") == 1
     assert sample(s, "stortune_rollout_hosts", profile="bad", phase="reverted") == 1
     assert sample(s, "stortune_rollout_info", profile="bad", phase="Halted", reason="AnalysisFailed") == 1
+
+
+# -- with the control plane's own rollouts ----------------------------------------------------
+def test_a_rollout_a_profile_write_started_and_people_steered_is_scraped_as_the_driver_writes_it(
+    app: FastAPI, eventually: Eventually,
+) -> None:
+    """The driver's writes bump the counter: the scrape sees each phase without the age bound."""
+    gauges: RolloutGauges = app.state.metrics_rollouts
+
+    def now() -> Samples:
+        gauges.refresh()
+        return parse(gauges.render())
+
+    with admin_client(app) as admin:
+        for host in ("h1", "h2", "h3", "h4"):
+            assert admin.post(f"{API}/agents/register",
+                              json=registration(host, topology=loop_topology(host))).status_code == 200
+        assert admin.post(f"{API}/profiles", json=profile_doc("vod")).status_code == 201
+        s = now()
+        assert total(s, "vod") == 4
+        assert sample(s, "stortune_rollout_info", profile="vod", phase="Progressing", reason="") == 1
+        assert admin.post(f"{API}/profiles/vod/rollout/pause").status_code == 200
+        eventually(lambda: sample(now(), "stortune_rollout_info", profile="vod", phase="Paused") == 1,
+                   what="the pause in the gauges")
+        assert admin.post(f"{API}/profiles/vod/rollout/undo").status_code == 200
+        eventually(lambda: sample(now(), "stortune_rollout_halted", profile="vod") == 1, what="the undo")
+    s = parse(scrape(app))
+    assert sample(s, "stortune_rollout_info", profile="vod", phase="Halted", reason="Undone") == 1
+    assert total(s, "vod") == 4
