@@ -28,11 +28,13 @@ import argparse
 import contextlib
 import json
 import signal
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -115,15 +117,82 @@ def poll(what: str, done: Callable[[], tuple[bool, str]], timeout: float, step: 
         time.sleep(step)
 
 
+@contextlib.contextmanager
+def spied(py_spy: str | None, pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy recording ``pid`` (collapsed stacks into ``out``) while the block runs; its
+    busiest functions are printed after. Nothing without ``out``."""
+    if out is None:
+        yield
+        return
+    spy = subprocess.Popen([py_spy or "py-spy", "record", "--pid", str(pid), "--output", str(out),
+                            "--format", "raw", "--rate", "100", "--gil", "--nonblocking"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        _, err = spy.communicate(timeout=120)
+    if not out.exists():
+        log(f"py-spy wrote nothing: {err.decode(errors='replace')[-1000:]}")
+        return
+    for line in hottest(out.read_text()):
+        log(line)
+
+
+#: py-spy names a frame's file from its package down: stortune's own start with these.
+OURS = ("server/", "schemas/", "agent/", "api/", "cli/")
+
+
+def _frame(frame: str) -> tuple[str, str]:
+    """``name (path/module.py:LINE)`` -> (``name (path/module.py)``, path)."""
+    name, _, where = frame.partition(" (")
+    path = where.rpartition(":")[0]
+    return (f"{name} ({path})" if path else name), path
+
+
+def hottest(collapsed: str, top: int = 20) -> list[str]:
+    """Where py-spy's samples (collapsed stacks) went: by the package running on top of the
+    stack, by stortune function with what it calls (each counted once per stack), and by the
+    function on top of the stack."""
+    ours: Counter[str] = Counter()
+    package: Counter[str] = Counter()
+    own: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
+        n = int(count)
+        total += n
+        frames = [_frame(f) for f in stack.split(";")
+                  if not f.startswith(("process ", "thread "))]  # with --threads/--subprocesses
+        for function in {f for f, path in frames if path.startswith(OURS)}:
+            ours[function] += n
+        if frames:
+            function, path = frames[-1]
+            own[function] += n
+            package["stortune" if path.startswith(OURS) else path.partition("/")[0]] += n
+    if not total:
+        return ["  py-spy took no samples"]
+    lines = [f"  {total} samples (threads holding the GIL); by package on top of the stack:"]
+    lines += [f"    {n / total:6.1%}  {p}" for p, n in package.most_common(8)]
+    lines.append("  stortune functions, with what they call:")
+    lines += [f"    {n / total:6.1%}  {f}" for f, n in ours.most_common(top)]
+    lines.append("  functions on top of the stack:")
+    lines += [f"    {n / total:6.1%}  {f}" for f, n in own.most_common(top)]
+    return lines
+
+
 def measure(running: fleet.Fleet, what: str, change: tuple[int, dict[str, Any]],
             done: Callable[[int], tuple[bool, str]], *, hosts: int, timeout: float,
-            step: float) -> tuple[float, float]:
+            step: float, profile: tuple[str | None, Path | None] = (None, None)) -> tuple[float, float]:
     """PUT the change and wait for ``done(generation)``; -> (seconds, control-plane CPU seconds)."""
-    cpu0 = running.cpu(running.servers)
-    t0 = time.monotonic()
-    generation = write(running.urls[0], *change)
-    poll(what, lambda: done(generation), timeout, step)
-    took, cpu = time.monotonic() - t0, running.cpu(running.servers) - cpu0
+    with spied(profile[0], running.servers[0].pid, profile[1]):
+        cpu0 = running.cpu(running.servers)
+        t0 = time.monotonic()
+        generation = write(running.urls[0], *change)
+        poll(what, lambda: done(generation), timeout, step)
+        took, cpu = time.monotonic() - t0, running.cpu(running.servers) - cpu0
     log(f"{what}: generation {generation} on {hosts} hosts in {took:.2f} s; control plane CPU "
         f"{cpu:.2f} s ({cpu / hosts * 1000:.2f} ms a host)")
     return took, cpu
@@ -176,12 +245,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         poll("the starting profile everywhere", lambda: everyone(base, hosts)(generation), timeout, args.step)
         log(f"fleet ready: every host holds {NAME} generation {generation}")
 
+        spy = args.py_spy
         aao_s, aao_cpu = measure(running, "all-at-once", (1024, ALL_AT_ONCE), everyone(base, hosts),
-                                 hosts=hosts, timeout=timeout, step=args.step)
+                                 hosts=hosts, timeout=timeout, step=args.step,
+                                 profile=(spy, args.profile and args.profile / "all-at-once.txt"))
         status: dict[str, Any] = {}
         roll_s, roll_cpu = measure(running, "waves 1 / 10% / 100%", (512, {"waves": WAVES}),
                                    complete(base, 30.0, status), hosts=hosts, timeout=timeout,
-                                   step=args.step)
+                                   step=args.step,
+                                   profile=(spy, args.profile and args.profile / "rollout.txt"))
         # Complete means every host of it reported the generation; the fleet's counts must agree.
         final = int(status["generation"])
         poll("every host at the rollout's generation", lambda: everyone(base, hosts)(final), 60, args.step)
@@ -210,6 +282,10 @@ def main() -> int:
                     help="seconds each wait may take (default: 300 + 0.3 a host)")
     ap.add_argument("--server-arg", action="append", default=[], metavar="ARG",
                     help="one more stortune-server argument (repeat it)")
+    ap.add_argument("--profile", type=Path, default=None, metavar="DIR",
+                    help="record the server with py-spy during each change (DIR/all-at-once.txt and "
+                         "DIR/rollout.txt, collapsed stacks) and print its busiest functions")
+    ap.add_argument("--py-spy", default=None, metavar="PATH", help="the py-spy to run (default: on PATH)")
     ap.add_argument("--keep", action="store_true", help="keep the work directory and its logs")
     args = ap.parse_args()
     if not 1 <= args.hosts <= 60_000:
@@ -224,6 +300,8 @@ def main() -> int:
             ap.error(f"--{flag.replace('_', '-')} takes 1024 to 65535")
     if args.db is not None and not args.db.startswith("postgresql://"):
         ap.error("--db takes a postgresql:// URL (SQLite is the default)")
+    if args.profile is not None:
+        args.profile.mkdir(parents=True, exist_ok=True)
     # SIGTERM unwinds like Ctrl-C: every process stopped, the database dropped.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     # Everything but the one JSON line goes to stderr (the launcher prints where --keep kept things).
