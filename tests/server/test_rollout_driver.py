@@ -16,18 +16,22 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from pydantic import ValidationError
 from sqlalchemy import event, select
 from sqlalchemy.exc import OperationalError
 
 from stortune.schemas.rollout import machine
 from stortune.schemas.rollout import waves as dealing
 from stortune.schemas.rollout.spec import RolloutSpec
+from stortune.server import Settings
 from stortune.server.agentclient import AgentBusy, AgentError, FakeAgentClient, FakeAgentClients, HostInfo
-from stortune.server.db.tables import Host, Profile, Rollout, RolloutPin
+from stortune.server.cli import main
+from stortune.server.db.tables import Event, Host, Profile, Rollout, RolloutPin
 from stortune.server.rollout_driver import Analysis, can_move, in_rollout_order, observe, pending_commands
 from stortune.server.services import rollouts
 from stortune.server.services.fleet_state import HostRecord
@@ -42,6 +46,22 @@ FAST = {"reconcile_interval_s": 0.5, "rollout_interval_s": 0.05}
 DEADLINE = 60.0
 #: 1 / 15% / 100% of 20 hosts: waves of 1, 2 and 17 (sizes count the waves before, spec.py).
 WAVES: dict[str, Any] = {"waves": [{"hosts": 1}, {"percent": 15}, {"percent": 100}]}
+
+
+# -- the interval ------------------------------------------------------------------------------
+@pytest.mark.parametrize("seconds", ["0", "-1", "60.5", "nan"])
+def test_hostile_a_rollout_interval_out_of_bounds_is_refused_at_start_naming_it(
+        seconds: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--rollout-interval", seconds, "--insecure", "--state-dir", str(tmp_path)]) == 1
+    assert "rollout_interval_s" in capsys.readouterr().err
+
+
+def test_the_rollout_interval_at_its_bounds() -> None:
+    assert Settings().rollout_interval_s == 1.0
+    assert Settings(rollout_interval_s=60).rollout_interval_s == 60
+    assert Settings(rollout_interval_s=0.001).rollout_interval_s == 0.001
+    with pytest.raises(ValidationError, match="rollout_interval_s"):
+        Settings(rollout_interval_s=60.001)
 
 
 # -- the observation, pure ---------------------------------------------------------------------
@@ -357,6 +377,23 @@ def test_waves_in_order_and_size_with_max_unavailable_at_every_step(
                what="the pins released on completion")
 
 
+def test_hostile_a_stored_rollout_the_driver_cannot_read_does_not_stop_the_others(
+        fleet: tuple[FastAPI, TestClient], agents: FakeAgentClients, eventually: Eventually,
+        caplog: pytest.LogCaptureFixture) -> None:
+    app, client = fleet
+    with app.state.sessions() as session:
+        session.add(Rollout(profile="aaa-broken", generation=2, phase="Progressing", state={"hosts": "junk"},
+                            known=[], commands=[{"command": "pause"}], updated_at=app.state.clock()))
+        session.commit()
+    assert client.post(f"{API}/profiles", json=doc(**WAVES)).status_code == 201
+    eventually(lambda: phase_is(app, "Complete"), timeout=DEADLINE, what="the readable rollout complete")
+    # Said once, not at every pass (a pass ran each time a host reported meanwhile).
+    assert sum("aaa-broken" in r.getMessage() for r in caplog.records) == 1
+    with app.state.sessions() as session:
+        broken = session.get(Rollout, "aaa-broken")
+        assert broken is not None and broken.state == {"hosts": "junk"}  # left as it was, not "fixed"
+
+
 # -- failures -------------------------------------------------------------------------------------
 @pytest.mark.parametrize("on_failure", ["rollback", "pause"])
 def test_hostile_a_failing_canary_halts_the_rollout(
@@ -552,21 +589,25 @@ def test_hostile_a_killed_server_s_successor_goes_on_from_where_it_was(
             eventually(lambda: phase_is(second, "Complete"), timeout=DEADLINE,
                        what="complete after the restart")
             eventually(lambda: all_applied(second, 1), timeout=DEADLINE, what="generation 1 everywhere")
-    # Went on from the stored state: never back to an earlier wave, nobody updated went back.
+            assert len(admin_events(second, "RolloutStarted")) == 1  # went on, not started again
+    # Went on from the stored state: never back to an earlier wave, nobody updated went back, and
+    # the hosts still pending at the kill were started within the bound, as before it.
+    assert steps.samples
+    updated = {h for h, stage in at_kill.stages.items() if stage == "updated"}
     for s in steps.samples:
-        assert s.wave >= 2
-        assert all(s.stages[h] == "updated" for h, stage in at_kill.stages.items() if stage == "updated")
+        assert s.wave == 2, s
+        assert all(s.stages[h] == "updated" for h in updated), s
+        if s.phase != "Complete":
+            assert all(s.pinned[h] == 1 for h in updated), s
+            assert len(unreported(s, 1)) <= s.bound, s
     with second.state.sessions() as session:
-        started = session.scalars(select(Rollout)).all()
-        assert len(started) == 1
-    events = admin_events(second, "RolloutStarted")
-    assert len(events) == 1  # not started again
+        assert len(session.scalars(select(Rollout)).all()) == 1
 
 
 def admin_events(app: FastAPI, reason: str) -> list[dict[str, Any]]:
-    with admin_client(app) as client:
-        items = client.get(f"{API}/events", params={"limit": "1000"}).json()["items"]
-    return [e for e in items if e["reason"] == reason]
+    with app.state.sessions() as session:
+        rows = session.scalars(select(Event).where(Event.reason == reason, Event.profile == PROFILE)).all()
+        return [{"reason": r.reason, "message": r.message} for r in rows]
 
 
 # -- two replicas ------------------------------------------------------------------------------------

@@ -151,6 +151,7 @@ class RolloutDriver:
         self.ownership = ownership or AllShards()
         self.ownership.watch(lambda _gained, _lost: self.wake())  # a shard taken over: step its rollouts
         self.steps: dict[str, int] = {}
+        self._failing: dict[str, str] = {}  # profile -> the error its last step failed with
         self._sessions = sessions
         self._clock = clock
         self._wakeup: asyncio.Event | None = None
@@ -198,6 +199,7 @@ class RolloutDriver:
                                    .where(Rollout.phase != "Complete")).all()
         live = [name for name, phase, state, commands in rows
                 if can_move(phase, state if isinstance(state, dict) else {}, commands or [])]
+        self._failing = {k: v for k, v in self._failing.items() if k in live}
         if not live:
             return []
         self.fleet.refresh()
@@ -216,8 +218,13 @@ class RolloutDriver:
                 self.wake()
             except LeaseLost as exc:
                 log.info("rollout of %s: %s; its new owner steps it", name, exc)
-            except Exception:
-                log.exception("rollout of %s: the step failed; again next pass", name)
+            except Exception as exc:
+                # Once per profile and error: a row no step can read would log every second otherwise.
+                if self._failing.get(name) != repr(exc):
+                    self._failing[name] = repr(exc)
+                    log.exception("rollout of %s: the step failed; tried again every pass", name)
+            else:
+                self._failing.pop(name, None)
         return written
 
     def _step(self, name: str) -> bool:
