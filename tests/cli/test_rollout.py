@@ -1,9 +1,8 @@
 """`stortune rollout ...` and `stortune wait ...` against the real control plane over TCP.
 
-A rollout is started the way a profile write starts it (services/rollouts.on_new_generation);
-what the driver would store later (Complete, Halted) is written to its row by the test, so each
-case decides the phase. The driver steps only when woken (a long interval), so nothing moves
-under a test that did not ask.
+A rollout is started by applying a profile; what the driver would store later (Complete,
+Halted) is written to its row by the test, so each case decides the phase: the driver is not
+started, so nothing moves under a test that did not ask.
 """
 
 from __future__ import annotations
@@ -11,10 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import pytest
 from fastapi import FastAPI
@@ -23,7 +20,6 @@ from stortune.cli import rollout as cli_rollout
 from stortune.schemas.rollout import machine
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.db.tables import Rollout
-from stortune.server.services import profiles, rollouts
 from tests.cli.conftest import ControlPlane, Run, profile_yaml, serve
 
 HOSTS = ("web-1", "web-2", "web-3")
@@ -31,8 +27,14 @@ HOSTS = ("web-1", "web-2", "web-3")
 
 @pytest.fixture
 def app(tmp_path: Path) -> FastAPI:
-    return create_app(Settings(db_url=f"sqlite:///{tmp_path / 'control-plane.db'}", rollout_interval_s=60),
-                      controller=RecordingController())
+    app = create_app(Settings(db_url=f"sqlite:///{tmp_path / 'control-plane.db'}"),
+                     controller=RecordingController())
+
+    async def not_started() -> None:
+        """The rollout driver stays stopped: the test is the driver."""
+
+    app.state.rollouts.start = not_started
+    return app
 
 
 @pytest.fixture
@@ -42,17 +44,14 @@ def control_plane(app: FastAPI) -> Iterator[ControlPlane]:
 
 def start(app: FastAPI, control_plane: ControlPlane, stortune: Run, tmp_path: Path,
           name: str = "vod") -> None:
+    """Hosts the profile selects and the profile: applying it starts its rollout."""
     for host in HOSTS:
         control_plane.register(host, {"role": "streamer"})
     path = tmp_path / f"{name}.yaml"
     path.write_text(profile_yaml(name))
     assert stortune("apply", "-f", str(path)).code == 0
-    with app.state.sessions() as session, mock.patch.object(rollouts, "request_wake"):
-        if session.get(Rollout, name) is None:  # until profile writes start rollouts themselves
-            row = profiles.get(session, name)
-            rollouts.on_new_generation(session, name, None, profiles.stored_profile(row), row.generation,
-                                       now=datetime.now(UTC))
-            session.commit()
+    with app.state.sessions() as session:
+        assert session.get(Rollout, name) is not None
 
 
 def rewrite(app: FastAPI, name: str, **changes: Any) -> None:
@@ -151,8 +150,7 @@ def test_operator_pauses_and_the_command_is_pending_with_who(
 ) -> None:
     start(app, control_plane, stortune, tmp_path)
     operator = control_plane.issue("operator", name="alice")
-    with mock.patch.object(rollouts, "request_wake"):  # the driver takes it later: see it pending
-        paused = stortune("rollout", "pause", "vod", token=operator)
+    paused = stortune("rollout", "pause", "vod", token=operator)
     assert paused.code == 0, paused.err
     assert "rollout of vod: pause requested" in paused.out
     pending = json.loads(stortune("rollout", "status", "vod", "-o", "json").out)["pendingCommands"]

@@ -51,20 +51,9 @@ class World:
         return name
 
     def rollout(self, name: str) -> str:
-        """A profile selecting h1 and its rollout, started as a profile write starts one."""
-        from unittest import mock
-
-        from stortune.server.db.tables import Rollout
-        from stortune.server.services import profiles, rollouts
-
-        assert self.app is not None
+        """A profile selecting h1: creating it starts its rollout (h1's read-ahead changes)."""
         self.profile(name)
-        with self.app.state.sessions() as session, mock.patch.object(rollouts, "request_wake"):
-            if session.get(Rollout, name) is None:
-                row = profiles.get(session, name)
-                rollouts.on_new_generation(session, name, None, profiles.stored_profile(row),
-                                           row.generation, now=row.created_at)
-                session.commit()
+        assert self.admin.get(f"{API}/profiles/{name}/rollout").status_code == 200
         return name
 
     def host(self, name: str, labels: dict[str, str] | None = None) -> str:

@@ -1,9 +1,8 @@
 """/api/v1/profiles/{name}/rollout: reading, watching and steering a rollout (issue 27).
 
-The rollout is started by services/rollouts.on_new_generation over registered hosts, as a
-profile write does; what the driver would write later (a new phase, a host updated) is written
-to the row here, so each test decides when the status moves. The driver's own steps are kept
-out of the way by a long interval: it steps only when woken (a command wakes it).
+The rollout is started by a profile write over registered hosts; what the driver would write
+later (a new phase, a host updated) is written to the row here, so each test decides when the
+status moves: the driver is stopped, but in the test that watches it take a command.
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from typing import Any
-from unittest import mock
 
 import pytest
 from fastapi import FastAPI
@@ -19,41 +17,34 @@ from fastapi import FastAPI
 from stortune.schemas.rollout import machine
 from stortune.server.api.routes import rollouts as routes
 from stortune.server.db.tables import Rollout
-from stortune.server.services import profiles, rollouts
+from stortune.server.services import rollouts
 from tests.server.builders import API, loop_topology, profile_doc, registration
 from tests.server.conftest import TokenFor
-from tests.server.support import AppFactory, FakeClock, TestClient, admin_client, bearer, issue_token
+from tests.server.support import AppFactory, TestClient, admin_client, bearer, issue_token
 
 HOSTS = ("h1", "h2", "h3", "h4")
 
 
 @pytest.fixture
-def app(make_app: AppFactory) -> FastAPI:
-    # The driver steps every minute at most unless woken: the tests move the status themselves.
-    return make_app(rollout_interval_s=60)
-
-
-@pytest.fixture
 def client(app: FastAPI) -> Iterator[TestClient]:
+    """An admin's client; the rollout driver is stopped: the test is the driver."""
     with admin_client(app) as test_client:
+        assert test_client.portal is not None
+        test_client.portal.call(app.state.rollouts.stop)
         yield test_client
 
 
-def start_rollout(app: FastAPI, client: TestClient, clock: FakeClock, name: str = "vod",
+def start_rollout(app: FastAPI, client: TestClient, name: str = "vod",
                   hosts: tuple[str, ...] = HOSTS) -> dict[str, Any]:
-    """Hosts with a loop device, a profile that changes their read-ahead, and its rollout."""
+    """Hosts with a loop device, and a profile that changes their read-ahead: its rollout."""
     for host in hosts:
         response = client.post(f"{API}/agents/register",
                                json=registration(host, topology=loop_topology(host)))
         assert response.status_code == 200, response.text
     assert client.post(f"{API}/profiles", json=profile_doc(name)).status_code == 201
-    # Started without waking the driver: the test decides what moves (see the module's doc).
-    with app.state.sessions() as session, mock.patch.object(rollouts, "request_wake"):
-        profile = profiles.stored_profile(profiles.get(session, name))
-        state = rollouts.on_new_generation(session, name, None, profile, 1, now=clock())
-        session.commit()
-    assert state is not None and set(state.hosts) == set(hosts)
-    return state.model_dump(mode="json")
+    status = rollout(client, name)
+    assert sorted(h["name"] for h in status["hosts"]) == sorted(hosts)
+    return status
 
 
 def rewrite(app: FastAPI, name: str, **changes: Any) -> int:
@@ -118,9 +109,9 @@ def test_hostile_profile_without_rollout_is_404_saying_so_watch_included(client:
 
 
 def test_hostile_unknown_command_is_404_naming_it_and_the_commands(
-    app: FastAPI, client: TestClient, clock: FakeClock,
+    app: FastAPI, client: TestClient,
 ) -> None:
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     before = rollout(client)["version"]
     for command in ("explode", "PAUSE", "pause%00", "x" * 300):
         response = client.post(f"{API}/profiles/vod/rollout/{command}")
@@ -133,9 +124,9 @@ def test_hostile_unknown_command_is_404_naming_it_and_the_commands(
 
 @pytest.mark.parametrize("command", ["pause", "resume", "undo"])
 def test_hostile_viewer_reads_but_may_not_steer_and_the_refusal_is_audited(
-    app: FastAPI, client: TestClient, clock: FakeClock, token_for: TokenFor, command: str,
+    app: FastAPI, client: TestClient, token_for: TokenFor, command: str,
 ) -> None:
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     viewer = bearer(token_for("viewer", name="bob"))
     assert client.get(f"{API}/profiles/vod/rollout", headers=viewer).status_code == 200
     response = client.post(f"{API}/profiles/vod/rollout/{command}", headers=viewer)
@@ -146,10 +137,10 @@ def test_hostile_viewer_reads_but_may_not_steer_and_the_refusal_is_audited(
 
 
 def test_hostile_support_and_agent_tokens_may_not_read_a_rollout(
-    app: FastAPI, client: TestClient, clock: FakeClock, token_for: TokenFor,
+    app: FastAPI, client: TestClient, token_for: TokenFor,
 ) -> None:
     # A support token is scoped to some hosts; a rollout's status names hosts fleet-wide.
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     for role, hosts in (("support", "role=streamer"), ("agent", None), ("metrics", None)):
         kwargs: dict[str, Any] = {"hosts": hosts, "expires_in": "1h"} if hosts else {}
         headers = bearer(token_for(role, **kwargs))
@@ -167,16 +158,16 @@ def test_hostile_support_and_agent_tokens_may_not_read_a_rollout(
     ({"limit": routes.HOSTS_MAX + 1}, "limit"),
 ])
 def test_hostile_watch_bounds_are_refused_422_naming_the_parameter(
-    app: FastAPI, client: TestClient, clock: FakeClock, params: dict[str, Any], field: str,
+    app: FastAPI, client: TestClient, params: dict[str, Any], field: str,
 ) -> None:
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     response = client.get(f"{API}/profiles/vod/rollout", params=params)
     assert response.status_code == 422, response.text
     assert [c["field"] for c in response.json()["details"]["causes"]] == [f"query.{field}"]
 
 
-def test_hostile_bounds_at_their_limit_are_taken(app: FastAPI, client: TestClient, clock: FakeClock) -> None:
-    start_rollout(app, client, clock)
+def test_hostile_bounds_at_their_limit_are_taken(app: FastAPI, client: TestClient) -> None:
+    start_rollout(app, client)
     rewrite(app, "vod", phase="Complete")  # a watch of a complete rollout ends at once
     lines = list(watch(client, "vod", timeoutSeconds=routes.WATCH_MAX_S, limit=routes.HOSTS_MAX))
     assert [line["type"] for line in lines] == ["status", "end"]
@@ -189,9 +180,9 @@ def test_hostile_a_name_that_cannot_exist_is_404(client: TestClient) -> None:
 
 
 def test_hostile_the_same_command_twice_is_queued_twice_and_bounded(
-    app: FastAPI, client: TestClient, clock: FakeClock, monkeypatch: pytest.MonkeyPatch,
+    app: FastAPI, client: TestClient, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     monkeypatch.setattr(rollouts, "request_wake", lambda _session: None)  # the driver must not take them
     for _ in range(rollouts.MAX_PENDING_COMMANDS):
         assert client.post(f"{API}/profiles/vod/rollout/pause").status_code == 200
@@ -203,8 +194,8 @@ def test_hostile_the_same_command_twice_is_queued_twice_and_bounded(
 # -- reading --------------------------------------------------------------------------------------
 
 
-def test_status_names_waves_hosts_and_counts(app: FastAPI, client: TestClient, clock: FakeClock) -> None:
-    start_rollout(app, client, clock)
+def test_status_names_waves_hosts_and_counts(app: FastAPI, client: TestClient) -> None:
+    start_rollout(app, client)
     status = rollout(client)
     assert status["profile"] == "vod" and status["generation"] == 1 and status["previous"] == 0
     assert status["phase"] == "Progressing" and status["wave"] == 1
@@ -226,9 +217,9 @@ def test_openapi_names_the_operations(client: TestClient) -> None:
 
 
 def test_watch_sends_each_version_and_ends_with_the_phase(
-    app: FastAPI, client: TestClient, clock: FakeClock,
+    app: FastAPI, client: TestClient,
 ) -> None:
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     lines = watch(client, "vod", timeoutSeconds=60)
     first = next(lines)
     assert first["type"] == "status" and first["status"]["phase"] == "Progressing"
@@ -244,9 +235,9 @@ def test_watch_sends_each_version_and_ends_with_the_phase(
 
 
 def test_watch_of_a_halt_that_reverts_ends_once_rolled_back(
-    app: FastAPI, client: TestClient, clock: FakeClock,
+    app: FastAPI, client: TestClient,
 ) -> None:
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     rewrite(app, "vod", phase="Halted", reason="FailureLimit", rollback=True)
     lines = watch(client, "vod", timeoutSeconds=60)
     assert next(lines)["status"]["rolledBack"] is False  # still reverting: the watch goes on
@@ -256,22 +247,22 @@ def test_watch_of_a_halt_that_reverts_ends_once_rolled_back(
 
 
 def test_watch_of_a_halt_without_rollback_ends_at_once(
-    app: FastAPI, client: TestClient, clock: FakeClock,
+    app: FastAPI, client: TestClient,
 ) -> None:
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     rewrite(app, "vod", phase="Halted", reason="FailureLimit")
     assert [line["type"] for line in watch(client, "vod")] == ["status", "end"]
 
 
-def test_watch_ends_at_its_timeout_with_the_phase(app: FastAPI, client: TestClient, clock: FakeClock) -> None:
-    start_rollout(app, client, clock)
+def test_watch_ends_at_its_timeout_with_the_phase(app: FastAPI, client: TestClient) -> None:
+    start_rollout(app, client)
     lines = list(watch(client, "vod", timeoutSeconds=1))
     assert [line["type"] for line in lines] == ["status", "end"]
     assert lines[-1] == {"type": "end", "reason": "Timeout", "phase": "Progressing"}
 
 
-def test_watch_ends_when_the_rollout_goes_away(app: FastAPI, client: TestClient, clock: FakeClock) -> None:
-    start_rollout(app, client, clock)
+def test_watch_ends_when_the_rollout_goes_away(app: FastAPI, client: TestClient) -> None:
+    start_rollout(app, client)
     lines = watch(client, "vod", timeoutSeconds=60)
     assert next(lines)["type"] == "status"
     with app.state.sessions() as session:
@@ -280,8 +271,8 @@ def test_watch_ends_when_the_rollout_goes_away(app: FastAPI, client: TestClient,
     assert next(lines) == {"type": "end", "reason": "Gone", "phase": "Progressing"}
 
 
-def test_watch_ends_when_the_server_drains(app: FastAPI, client: TestClient, clock: FakeClock) -> None:
-    start_rollout(app, client, clock)
+def test_watch_ends_when_the_server_drains(app: FastAPI, client: TestClient) -> None:
+    start_rollout(app, client)
     lines = watch(client, "vod", timeoutSeconds=60)
     assert next(lines)["type"] == "status"
     app.state.watches.drain()
@@ -292,12 +283,12 @@ def test_watch_ends_when_the_server_drains(app: FastAPI, client: TestClient, clo
 
 
 def test_operator_pauses_the_driver_takes_it_and_both_are_recorded(
-    make_app: AppFactory, clock: FakeClock,
+    make_app: AppFactory,
 ) -> None:
-    # The driver at its usual pace here: a step that fails (a busy database) is tried again soon.
+    # The driver runs here, at a quick pace: a step that fails (a busy database) is tried again soon.
     app = make_app(rollout_interval_s=0.2)
     with admin_client(app) as client:
-        start_rollout(app, client, clock)
+        start_rollout(app, client)
         operator = bearer(issue_token(app, "operator", name="alice"))
         response = client.post(f"{API}/profiles/vod/rollout/pause", headers=operator)
         assert response.status_code == 200, response.text
@@ -316,9 +307,9 @@ def test_operator_pauses_the_driver_takes_it_and_both_are_recorded(
 
 
 def test_admin_undoes_a_complete_rollout(
-    app: FastAPI, client: TestClient, clock: FakeClock, monkeypatch: pytest.MonkeyPatch,
+    app: FastAPI, client: TestClient, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    start_rollout(app, client, clock)
+    start_rollout(app, client)
     rewrite(app, "vod", phase="Complete")
     monkeypatch.setattr(rollouts, "request_wake", lambda _session: None)
     body = client.post(f"{API}/profiles/vod/rollout/undo").json()
