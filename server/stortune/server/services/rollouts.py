@@ -465,6 +465,11 @@ def status(session: Session, profile: str, limit: int = DEFAULT_STATUS_HOSTS) ->
     }
 
 
+def version(session: Session, profile: str) -> int | None:
+    """The rollout row's version alone (None: no rollout): what a watch compares between looks."""
+    return session.scalar(select(Rollout.version).where(Rollout.profile == profile))
+
+
 def _analysis(session: Session, state: machine.RolloutState) -> list[Any]:
     try:
         from stortune.server import rollout_analysis  # type: ignore[attr-defined,unused-ignore]

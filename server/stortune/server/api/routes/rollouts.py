@@ -32,7 +32,6 @@ import anyio
 from fastapi import APIRouter, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
-from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -41,7 +40,6 @@ from stortune.server.api.openapi import NOT_FOUND, TOO_MANY
 from stortune.server.api.ratelimit import Quota, QuotaOf, RateLimited
 from stortune.server.api.security import Authorized
 from stortune.server.auth import Permission, Principal
-from stortune.server.db.tables import Rollout
 from stortune.server.errors import NotFound
 from stortune.server.services import profiles, rollouts
 
@@ -107,11 +105,6 @@ def _status(session: Session, name: str, limit: int) -> dict[str, Any]:
     return found
 
 
-def _version(session: Session, name: str) -> int | None:
-    """The rollout row's version alone: what a watch compares between looks."""
-    return session.scalar(select(Rollout.version).where(Rollout.profile == name))
-
-
 def _read(sessions: sessionmaker[Session], read: Callable[[Session], Any]) -> Any:
     # A session of its own per look, closed before the watch sleeps again.
     with sessions() as session:
@@ -153,7 +146,7 @@ async def _watch(request: Request, name: str, limit: int, seconds: int,
             return
         await anyio.sleep(min(interval, remaining))
         try:
-            version = await run_in_threadpool(_read, sessions, lambda s: _version(s, name))
+            version = await run_in_threadpool(_read, sessions, lambda s: rollouts.version(s, name))
             moved = status
             if version is not None and version != status.get("version"):
                 moved = await run_in_threadpool(_read, sessions,
