@@ -28,6 +28,7 @@ from sqlalchemy.exc import OperationalError
 from stortune.schemas.rollout import machine
 from stortune.schemas.rollout import waves as dealing
 from stortune.schemas.rollout.spec import RolloutSpec
+from stortune.schemas.topology import Topology
 from stortune.server import Settings
 from stortune.server.agentclient import AgentBusy, AgentError, FakeAgentClient, FakeAgentClients, HostInfo
 from stortune.server.cli import main
@@ -392,6 +393,28 @@ def test_hostile_a_stored_rollout_the_driver_cannot_read_does_not_stop_the_other
     with app.state.sessions() as session:
         broken = session.get(Rollout, "aaa-broken")
         assert broken is not None and broken.state == {"hosts": "junk"}  # left as it was, not "fixed"
+
+
+@pytest.mark.xfail(strict=True, reason="services/rollouts.on_new_generation stores known = the rollout's"
+                   " hosts, not every host the profile selects (rollout_design.md): the driver enrols"
+                   " the others")
+def test_hostile_a_selected_host_the_change_leaves_alone_is_not_enrolled_later(
+        make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
+    # "bare" has no loop device: the profile selects it but changes nothing there, so it takes
+    # the generation at once and is no host of the rollout; the driver must not mistake it for a
+    # host enrolling later and pin it to the previous generation.
+    bare = FakeAgentClient(address="bare.example:7443", topology=Topology(hostname="bare", kernel="6.1.0"),
+                           info=HostInfo(hostname="bare", kernel="6.1.0", boot_id="b", agent_version="fake"))
+    agents.add(bare)
+    app = make_app(agents=agents, **FAST)
+    with admin_client(app) as client:
+        register(client, *HOSTS)
+        assert client.post(f"{API}/agents/register",
+                           json=registration("bare", topology=bare.topology)).status_code in (200, 201)
+        assert client.post(f"{API}/profiles", json=doc(**WAVES)).status_code == 201
+        done = eventually(lambda: phase_is(app, "Complete"), timeout=DEADLINE, what="complete")
+        assert "bare" not in done.hosts
+        assert not admin_events(app, "Enrolled")
 
 
 # -- failures -------------------------------------------------------------------------------------
