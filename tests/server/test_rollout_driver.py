@@ -395,6 +395,15 @@ def test_hostile_a_stored_rollout_the_driver_cannot_read_does_not_stop_the_other
         assert broken is not None and broken.state == {"hosts": "junk"}  # left as it was, not "fixed"
 
 
+def test_all_at_once_keeps_no_rollout_and_every_host_takes_the_change(
+        fleet: tuple[FastAPI, TestClient], agents: FakeAgentClients, eventually: Eventually) -> None:
+    app, client = fleet
+    assert client.post(f"{API}/profiles", json=doc(strategy="all-at-once")).status_code == 201
+    assert current(app) is None
+    eventually(lambda: all_applied(app, 1), timeout=DEADLINE, what="generation 1 everywhere at once")
+    assert all(read_ahead(agent_of(agents, h)) == 4096 for h in HOSTS)
+
+
 @pytest.mark.xfail(strict=True, reason="services/rollouts.on_new_generation stores known = the rollout's"
                    " hosts, not every host the profile selects (rollout_design.md): the driver enrols"
                    " the others")
