@@ -20,7 +20,7 @@ from stortune.server.agentclient import AgentBusy, AgentError, FakeAgentClient, 
 from stortune.server.auth import Role
 from stortune.server.metrics.exposition import FleetExposition
 from stortune.server.services.fleet_state import FleetState, record_of
-from tests.server.builders import API, host_key, keyed, loop_topology, profile_doc, registration
+from tests.server.builders import API, host_key, keyed, loop_topology, profile_doc, registration, with_changes
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client, bearer, issue_token
 from tests.server.test_reconcile import (
@@ -120,7 +120,9 @@ def test_string_settings_are_info_series(
     reconciled: FastAPI, client: TestClient, agent: FakeAgentClient, eventually: Eventually,
 ) -> None:
     client.post(f"{API}/agents/register", json=registration("h1"))
-    client.post(f"{API}/profiles", json=profile_doc(settings={"scheduler": "bfq"}))
+    # all-at-once: in waves the refused value would halt the rollout and put the host back (issue 27)
+    refused = with_changes(profile_doc(settings={"scheduler": "bfq"}), rollout={"strategy": "all-at-once"})
+    client.post(f"{API}/profiles", json=refused)
     eventually(lambda: condition(client, "Applied") == ("False", "Rejected"), what="Applied=False")
     s = parse(scrape(reconciled))
     where = {"host": "h1", "device": "loop0", "tunable": "scheduler"}
