@@ -17,6 +17,7 @@ import pytest
 from fastapi import FastAPI
 
 from stortune.cli import rollout as cli_rollout
+from stortune.cli.client import Client
 from stortune.schemas.rollout import machine
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.db.tables import Rollout
@@ -206,3 +207,28 @@ def test_wait_host_condition(control_plane: ControlPlane, stortune: Run) -> None
     assert ready.code == 1 and "timed out: host web-1's condition Ready is" in ready.err
     missing = stortune("wait", "host", "ghost", "--for", "condition=Ready", "--timeout", "1s")
     assert missing.code == 1 and 'Host "ghost" not found' in missing.err
+
+
+def test_wait_ends_0_when_a_change_all_at_once_replaces_the_rollout_mid_watch(
+    app: FastAPI, control_plane: ControlPlane, stortune: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    start(app, control_plane, stortune, tmp_path)
+    changed = tmp_path / "all-at-once.yaml"
+    changed.write_text(profile_yaml("vod", read_ahead_kb=8192) + "  rollout: {strategy: all-at-once}\n")
+    watch = Client.watch_rollout
+    seen: list[dict[str, Any]] = []
+
+    def spied(self: Client, profile: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        for event in watch(self, profile, **kwargs):
+            seen.append(event)
+            yield event
+            if event.get("type") == "status" and event["status"]["generation"] == 1:
+                # The watch is open and has said where the rollout is: now the change goes
+                # everywhere at once, which ends the rollout (its row goes).
+                assert stortune("apply", "-f", str(changed)).code == 0
+
+    monkeypatch.setattr(Client, "watch_rollout", spied)
+    result = stortune("wait", "profile", "vod", "--for", "rollout=complete", "--timeout", "1m")
+    assert result.code == 0, result.err
+    assert "vod has no rollout: generation 2 went to every host at once" in result.err
+    assert seen[-1] == {"type": "end", "reason": "Gone", "phase": "Progressing"}

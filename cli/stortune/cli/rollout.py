@@ -275,19 +275,21 @@ def wait_command(args: argparse.Namespace, client: Client, out: Output) -> int:
 
 
 def _wait_rollout(client: Client, out: Output, profile: str, seconds: float) -> int:
-    try:
-        client.get_rollout(profile, limit=1)
-    except NotFound:
-        generation = client.get_profile(profile).generation  # NotFound names the profile if it is gone
-        out.note(f"{profile} has no rollout: generation {generation} went to every host at once")
-        return EXIT_OK
-    last: dict[str, Any] = {}
-    for status, ended in _follow(client, profile, seconds, limit=1):
-        if status is not None:
-            last = status
-        elif ended is not None:
-            return _report_end(out, profile, {**ended, "phase": _phase(last)} if last else ended)
-    return EXIT_FAILED
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            client.get_rollout(profile, limit=1)
+        except NotFound:
+            # None (any more): the last change went to every host at once, which is complete.
+            generation = client.get_profile(profile).generation  # NotFound names a missing profile
+            out.note(f"{profile} has no rollout: generation {generation} went to every host at once")
+            return EXIT_OK
+        last: dict[str, Any] = {}
+        for status, ended in _follow(client, profile, max(0.0, deadline - time.monotonic()), limit=1):
+            if status is not None:
+                last = status
+            elif ended is not None and ended.get("reason") != "Gone":
+                return _report_end(out, profile, {**ended, "phase": _phase(last)} if last else ended)
 
 
 def _wait_condition(client: Client, out: Output, name: str, condition_status: tuple[str, str],
