@@ -209,6 +209,7 @@ def complete(base: str, grace: float, seen: dict[str, Any]) -> Callable[[int], t
     """Done when the rollout of this generation is Complete; a Halted one, or none at all after
     ``grace`` s (the PUT stores it in the same transaction), ends the bench."""
     started = time.monotonic()
+    opened: set[int] = set()
 
     def done(generation: int) -> tuple[bool, str]:
         status = rollout_status(base)
@@ -219,6 +220,11 @@ def complete(base: str, grace: float, seen: dict[str, Any]) -> Callable[[int], t
                                  f"GET /api/v1/profiles/{NAME}/rollout answered {answered}")
             return False, "no rollout yet"
         seen.update(status)
+        wave = status.get("wave")
+        if isinstance(wave, int) and wave not in opened:  # when each wave opened: where the time went
+            opened.add(wave)
+            log(f"  {time.monotonic() - started:5.1f} s  wave {wave} open; "
+                f"{status.get('counts', {}).get('updated')} hosts updated")
         if status["phase"] == "Halted":
             raise SystemExit(f"the rollout halted: {status.get('reason')}; failures {status.get('failures')}")
         return (status["phase"] == "Complete",
