@@ -232,3 +232,25 @@ def test_wait_ends_0_when_a_change_all_at_once_replaces_the_rollout_mid_watch(
     assert result.code == 0, result.err
     assert "vod has no rollout: generation 2 went to every host at once" in result.err
     assert seen[-1] == {"type": "end", "reason": "Gone", "phase": "Progressing"}
+
+
+def test_status_watch_follows_each_change_to_halted(
+    app: FastAPI, control_plane: ControlPlane, stortune: Run, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    start(app, control_plane, stortune, tmp_path)
+    watch = Client.watch_rollout
+    steps: Iterator[dict[str, Any]] = iter([{"wave": 1}, {"phase": "Halted", "reason": "FailureLimit"}])
+
+    def spied(self: Client, profile: str, **kwargs: Any) -> Iterator[dict[str, Any]]:
+        for event in watch(self, profile, **kwargs):
+            yield event
+            if event.get("type") == "status" and (step := next(steps, None)) is not None:
+                rewrite(app, profile, **step)  # what the driver's next step would store
+
+    monkeypatch.setattr(Client, "watch_rollout", spied)
+    result = stortune("rollout", "status", "vod", "--watch", "--timeout", "1m")
+    assert result.code == 1, result.err
+    firsts = [line for line in result.out.splitlines() if line.startswith("rollout of vod:")]
+    assert [line.split(", ", 1)[1] for line in firsts] == [
+        "Progressing, wave 1 of 3", "Progressing, wave 2 of 3", "Halted (FailureLimit), wave 2 of 3"]
+    assert "rollout of vod halted (Halted (FailureLimit))" in result.err

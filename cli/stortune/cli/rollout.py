@@ -127,12 +127,13 @@ def command(args: argparse.Namespace, client: Client, out: Output) -> int:
         status = client.get_rollout(args.profile, limit=args.limit)
         _show(out, status, args.output)
         return EXIT_OK
-    outcome = EXIT_FAILED
+    outcome, last = EXIT_FAILED, {}
     for shown, ended in _follow(client, args.profile, args.timeout or duration(DEFAULT_WAIT), args.limit):
         if shown is not None:
             _show(out, shown, args.output)
+            last = shown
         if ended is not None:
-            outcome = _report_end(out, args.profile, ended)
+            outcome = _report_end(out, args.profile, {**ended, "phase": _phase(last)} if last else ended)
     return outcome
 
 
