@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
+from sqlalchemy.exc import OperationalError
 
 from stortune.schemas.rollout import machine
 from stortune.server.api.routes import rollouts as routes
@@ -277,6 +278,25 @@ def test_watch_ends_when_the_server_drains(app: FastAPI, client: TestClient) -> 
     assert next(lines)["type"] == "status"
     app.state.watches.drain()
     assert next(lines) == {"type": "end", "reason": "ServerShutdown", "phase": "Progressing"}
+
+
+def test_hostile_a_database_failure_mid_watch_ends_it_saying_so(
+    app: FastAPI, client: TestClient, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    start_rollout(app, client)
+    lines = watch(client, "vod", timeoutSeconds=60)
+    assert next(lines)["type"] == "status"  # sent: a failure now cannot be a status code any more
+
+    def lost(_session: Any, _name: str) -> int:
+        raise OperationalError("SELECT version", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(rollouts, "version", lost)
+    end = next(lines)
+    assert (end["type"], end["reason"], end["phase"]) == ("end", "Error", "Progressing")
+    assert "watch again" in end["message"] and "server closed" not in end["message"]
+    assert next(lines, None) is None
+    monkeypatch.undo()
+    assert rollout(client)["phase"] == "Progressing"  # the next watch or read works
 
 
 # -- steering -----------------------------------------------------------------------------------
