@@ -1,7 +1,8 @@
 """``stortune``: apply, diff and inspect StorageProfiles and hosts through the control plane's REST API.
 
 Exit codes: 0 success; 1 error (invalid document, unreachable or refusing
-server, bad usage); 2 from ``diff`` when there are differences, and from
+server, bad usage), and from ``wait`` when the rollout halted or the timeout
+passed; 2 from ``diff`` when there are differences, and from
 ``bench run``/``bench compare`` when a threshold failed or a metric got worse.
 """
 
@@ -151,8 +152,8 @@ def _positive_int(text: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="stortune", description="Apply, diff and inspect StorageProfiles and hosts "
                                                   "through the stortune control plane's REST API.",
-                     epilog="exit codes: 0 ok, 1 error, 2 differences (diff), a failed threshold or a "
-                            "regression (bench run, bench compare)")
+                     epilog="exit codes: 0 ok, 1 error (and wait: halted or timed out), 2 differences "
+                            "(diff), a failed threshold or a regression (bench run, bench compare)")
     parser.add_argument("--version", action="version", version=f"stortune {_version()}")
     _connection_options(parser, top=True)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
