@@ -16,11 +16,19 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
 
+from stortune.schemas.bench.steps import WorkloadStep
 from stortune.schemas.rollout import machine
 from stortune.schemas.rollout.spec import parse_rollout
 from stortune.server import RecordingController, rollout_analysis
-from stortune.server.agentclient import AgentRejected, FakeAgentClients
-from stortune.server.db.tables import BenchmarkRun, Event, Profile, ProfileGeneration, RolloutAnalysis
+from stortune.server.agentclient import AgentRejected, FakeAgentClient, FakeAgentClients, HostInfo
+from stortune.server.db.tables import (
+    BenchmarkRun,
+    Event,
+    Profile,
+    ProfileGeneration,
+    Rollout,
+    RolloutAnalysis,
+)
 from stortune.server.services.versions import next_resource_version
 from tests.server.benchfakes import BenchAgent, Values, finished_run, spec_doc, steady
 from tests.server.builders import API, loop_topology, registration
@@ -360,3 +368,88 @@ def test_a_queued_analysis_run_wakes_the_dispatcher(
         state = _state(PLAIN)
         _start(app, state, "before")
         assert _until(eventually, app, state, "the before-run is ready", timeout=45) == (True, None)
+
+
+# -- through the control plane: profile write, driver, reconciler, dispatcher -------------------
+FLEET = ("c1", "c2", "c3")
+
+
+def _bench_agent(name: str) -> BenchAgent:
+    """A fake agent whose stream reads at 400 MB/s with read-ahead 4096 and at a third with less."""
+    agent = BenchAgent(address=registration(name)["address"], topology=loop_topology(name, 4096),
+                       info=HostInfo(hostname=name, kernel="6.1.0", boot_id="boot-1", agent_version="fake"))
+
+    def values(step: WorkloadStep, repeat: int) -> dict[str, float]:
+        loop = agent.topology.device("loop0")
+        assert loop is not None
+        return steady(1.0 if loop.tunables["read_ahead_kb"].value == 4096 else 1 / 3)(step, repeat)
+
+    agent.values = values
+    return agent
+
+
+def _read_ahead(agent: FakeAgentClient) -> Any:
+    loop = agent.topology.device("loop0")
+    assert loop is not None
+    return loop.tunables["read_ahead_kb"].value
+
+
+def _profile(name: str, read_ahead_kb: int, rollout: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "stortune/v1", "kind": "StorageProfile", "metadata": {"name": name},
+            "spec": {**_rules(read_ahead_kb), "rollout": rollout}}
+
+
+def _rollout(app: FastAPI, name: str) -> machine.RolloutState | None:
+    with app.state.sessions() as session:
+        row = session.get(Rollout, name)
+        return None if row is None else machine.RolloutState.model_validate(row.state)
+
+
+@pytest.mark.parametrize("then", [4096, 0], ids=["improvement-completes", "regression-halts"])
+def test_a_canary_proves_the_change_before_the_fleet_takes_it(
+        make_app: AppFactory, eventually: Eventually, then: int) -> None:
+    fleet = FakeAgentClients()
+    fakes = {name: fleet.add(_bench_agent(name)) for name in FLEET}
+    app = make_app(agents=fleet, reconcile_interval_s=0.5, rollout_interval_s=0.05, **FAST)
+    first = 0 if then == 4096 else 4096
+    # A name of its own: services/rollouts caches parsed generations process-wide by (profile,
+    # generation, created_at), and every test's FakeClock starts at the same instant.
+    profile = f"canary-{then}"
+    gated = {"waves": [{"hosts": 1}, {"percent": 100}], "analysis": PLAIN}
+    with admin_client(app) as client:
+        for name in FLEET:
+            body = registration(name, topology=loop_topology(name, 4096))
+            assert client.post(f"{API}/agents/register", json=body).status_code == 200
+        response = client.post(f"{API}/profiles", json=_profile(profile, first, {"strategy": "all-at-once"}))
+        assert response.status_code == 201, response.text
+        eventually(lambda: all(_read_ahead(a) == first for a in fakes.values()), timeout=WAIT,
+                   what=f"read-ahead {first} everywhere at once")
+        seen: set[tuple[str, Any]] = set()  # (host, read-ahead) each fake was seen at while rolling
+        response = client.put(f"{API}/profiles/{profile}", json=_profile(profile, then, gated))
+        assert response.status_code == 200, response.text
+
+        def ended() -> machine.RolloutState | None:
+            seen.update((n, _read_ahead(a)) for n, a in fakes.items())
+            st = _rollout(app, profile)
+            done = st is not None and (st.phase == "Complete" or (st.phase == "Halted" and st.rolledBack))
+            return st if done else None
+
+        st: machine.RolloutState = eventually(ended, timeout=WAIT, what="the rollout ended")
+        (canary,) = [h for h, hs in st.hosts.items() if hs.wave == 0]
+        status = client.get(f"{API}/profiles/{profile}/rollout")
+        assert status.status_code == 200, status.text
+        (item,) = status.json()["analysis"]
+        assert item["host"] == canary and item["before"] and item["after"]
+        (objective,) = item["objectives"]
+        if then == 4096:  # from 0 (a third of the bandwidth) to 4096: better, and everyone takes it
+            assert st.phase == "Complete" and item["verdict"] == "passed"
+            assert objective["verdict"] == "better" and objective["changePct"] == pytest.approx(200.0)
+            eventually(lambda: all(_read_ahead(a) == 4096 for a in fakes.values()), timeout=WAIT,
+                       what="read-ahead 4096 everywhere")
+        else:  # the canary regressed: halted, put back, and no other host ever changed
+            assert st.phase == "Halted" and st.reason == "AnalysisFailed" and item["verdict"] == "failed", (
+                st, item)
+            assert objective["verdict"] == "worse" and "regressed beyond the noise" in item["reason"]
+            assert st.hosts[canary].verdict == "failed"
+            eventually(lambda: _read_ahead(fakes[canary]) == 4096, timeout=WAIT, what="the canary put back")
+            assert {(n, ra) for n, ra in seen if n != canary} == {(n, 4096) for n in FLEET if n != canary}
