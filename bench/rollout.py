@@ -18,7 +18,8 @@ Both spans include the fleet's background work (heartbeats), which is small besi
 
 Progress goes to stderr; stdout gets one JSON line:
 {"hosts", "all_at_once_s", "rollout_s", "ratio", "all_at_once_cpu_ms_per_host",
- "rollout_cpu_ms_per_host", "waves": [hosts per wave], "db"}. The target is ratio <= 1.5.
+ "rollout_cpu_ms_per_host", "waves": [hosts per wave], "db", "rounds"}: with --rounds N, both
+changes are made N times on the one fleet and the figures are medians. The target is ratio <= 1.5.
 Every process is stopped and the database dropped at the end, also on Ctrl-C, SIGTERM or a failure.
 """
 
@@ -26,8 +27,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -191,6 +194,7 @@ def measure(running: fleet.Fleet, what: str, change: tuple[int, dict[str, Any]],
         cpu0 = running.cpu(running.servers)
         t0 = time.monotonic()
         generation = write(running.urls[0], *change)
+        log(f"  {time.monotonic() - t0:5.1f} s  {what}: the PUT answered (generation {generation})")
         poll(what, lambda: done(generation), timeout, step)
         took, cpu = time.monotonic() - t0, running.cpu(running.servers) - cpu0
     log(f"{what}: generation {generation} on {hosts} hosts in {took:.2f} s; control plane CPU "
@@ -232,6 +236,10 @@ def complete(base: str, grace: float, seen: dict[str, Any]) -> Callable[[int], t
     return done
 
 
+def spy_file(directory: Path | None, name: str) -> Path | None:
+    return directory / f"{name}.txt" if directory is not None else None
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     hosts = args.hosts
     timeout = args.timeout or 300 + hosts * 0.3
@@ -251,24 +259,31 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         poll("the starting profile everywhere", lambda: everyone(base, hosts)(generation), timeout, args.step)
         log(f"fleet ready: every host holds {NAME} generation {generation}")
 
-        spy = args.py_spy
-        aao_s, aao_cpu = measure(running, "all-at-once", (1024, ALL_AT_ONCE), everyone(base, hosts),
-                                 hosts=hosts, timeout=timeout, step=args.step,
-                                 profile=(spy, args.profile and args.profile / "all-at-once.txt"))
+        aao: list[tuple[float, float]] = []
+        rolled: list[tuple[float, float]] = []
         status: dict[str, Any] = {}
-        roll_s, roll_cpu = measure(running, "waves 1 / 10% / 100%", (512, {"waves": WAVES}),
-                                   complete(base, 30.0, status), hosts=hosts, timeout=timeout,
-                                   step=args.step,
-                                   profile=(spy, args.profile and args.profile / "rollout.txt"))
-        # Complete means every host of it reported the generation; the fleet's counts must agree.
-        final = int(status["generation"])
-        poll("every host at the rollout's generation", lambda: everyone(base, hosts)(final), 60, args.step)
+        for r in range(args.rounds):
+            # Every change a value no earlier one set, so that every host is concerned each time.
+            suffix = f"-{r + 1}" if args.rounds > 1 else ""
+            aao.append(measure(running, "all-at-once", (1024 + 8 * r, ALL_AT_ONCE), everyone(base, hosts),
+                               hosts=hosts, timeout=timeout, step=args.step,
+                               profile=(args.py_spy, spy_file(args.profile, f"all-at-once{suffix}"))))
+            status.clear()
+            rolled.append(measure(running, "waves 1 / 10% / 100%", (512 + 8 * r, {"waves": WAVES}),
+                                  complete(base, 30.0, status), hosts=hosts, timeout=timeout, step=args.step,
+                                  profile=(args.py_spy, spy_file(args.profile, f"rollout{suffix}"))))
+            # Complete means every host of it reported the generation; the fleet's counts must agree.
+            poll("every host at the rollout's generation",
+                 functools.partial(everyone(base, hosts), int(status["generation"])), 60, args.step)
+    # Medians over the rounds: the machine's other load moves single runs (ratio: of the medians).
+    aao_s, aao_cpu = (statistics.median(x) for x in zip(*aao, strict=True))
+    roll_s, roll_cpu = (statistics.median(x) for x in zip(*rolled, strict=True))
     return {"hosts": hosts, "all_at_once_s": round(aao_s, 3), "rollout_s": round(roll_s, 3),
             "ratio": round(roll_s / aao_s, 3),
             "all_at_once_cpu_ms_per_host": round(aao_cpu / hosts * 1000, 3),
             "rollout_cpu_ms_per_host": round(roll_cpu / hosts * 1000, 3),
             "waves": [int(w["hosts"]) for w in status.get("waves", [])],
-            "db": "postgresql" if args.db else "sqlite"}
+            "db": "postgresql" if args.db else "sqlite", "rounds": args.rounds}
 
 
 def main() -> int:
@@ -283,6 +298,8 @@ def main() -> int:
                     help="the port every hollow host listens on, each on its own 127.1.X.Y (default: free)")
     ap.add_argument("--interval", type=float, default=30.0, help="reconcile (drift) interval, s")
     ap.add_argument("--heartbeat", type=float, default=None, help="agents' heartbeat interval, s")
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="both changes this many times, one after the other, on the one fleet: medians")
     ap.add_argument("--step", type=float, default=0.5, help="seconds between progress reads")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds each wait may take (default: 300 + 0.3 a host)")
@@ -298,6 +315,8 @@ def main() -> int:
         ap.error("--hosts takes 1 to 60000 (hollow hosts' loopback addresses)")
     if not 1 <= args.procs <= 64:
         ap.error("--procs takes 1 to 64")
+    if not 1 <= args.rounds <= 20:
+        ap.error("--rounds takes 1 to 20")
     if not 0.05 <= args.step <= 10:
         ap.error("--step takes 0.05 to 10 seconds")
     for flag in ("port", "agent_port"):

@@ -37,6 +37,8 @@ def _alive(pid: int) -> bool:
     (["--hosts", "0"], "--hosts"),
     (["--hosts", "60001"], "--hosts"),
     (["--procs", "0"], "--procs"),
+    (["--rounds", "0"], "--rounds"),
+    (["--rounds", "21"], "--rounds"),
     (["--step", "0.01"], "--step"),
     (["--port", "80"], "--port"),
     (["--db", "sqlite:///x.db"], "--db"),
@@ -74,9 +76,10 @@ def test_hostile_sigterm_mid_run_stops_the_control_plane() -> None:
 
 
 @pytest.mark.slow(seconds=40)
-def test_a_handful_of_hosts_all_at_once_then_in_waves() -> None:
+def test_a_handful_of_hosts_all_at_once_then_in_waves_twice() -> None:
+    # Two rounds: the second's changes must still concern every host (values not set before).
     done = subprocess.run([*SCRIPT, "--hosts", str(HOSTS), "--procs", "1", "--step", "0.1",
-                           "--interval", "5"],
+                           "--interval", "5", "--rounds", "2"],
                           capture_output=True, text=True, timeout=300, check=False,
                           env={**os.environ, "PYTHONUNBUFFERED": "1"})
     assert done.returncode == 0, done.stderr[-4000:]
@@ -84,9 +87,11 @@ def test_a_handful_of_hosts_all_at_once_then_in_waves() -> None:
     assert len(lines) == 1, done.stdout  # one JSON line, progress on stderr
     result = json.loads(lines[0])
     assert set(result) == {"hosts", "all_at_once_s", "rollout_s", "ratio", "all_at_once_cpu_ms_per_host",
-                           "rollout_cpu_ms_per_host", "waves", "db"}
+                           "rollout_cpu_ms_per_host", "waves", "db", "rounds"}
     assert result["hosts"] == HOSTS
     assert result["db"] == "sqlite"
+    assert result["rounds"] == 2
+    assert done.stderr.count("waves 1 / 10% / 100%: generation") == 2
     # The waves the server dealt are the pure core's for these hosts (5: one canary, 10% of 5
     # rounds up to the canary already taken, the rest).
     names = [host_name(i) for i in range(HOSTS)]
