@@ -313,6 +313,9 @@ def test_hostile_reverting_mid_rollout_moves_only_the_changed_canary(
     assert state is not None and list(state.hosts) == [first] and state.previous == 1
     assert pins(sessions) == {first: 3}
     assert {h: view(sessions, h) for h in held} == dict.fromkeys(held, ({NAME: 3}, [4096]))
+    with sessions() as session:  # the others took it at once: known, so the driver enrols none of them
+        row = session.get(Rollout, NAME)
+        assert row is not None and row.known == held
 
 
 def test_the_same_generation_written_twice_changes_nothing(

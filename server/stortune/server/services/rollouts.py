@@ -101,7 +101,9 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
         base_profile = at_generation(session, profile_name, old.last_completed, before)
     previous = (old.last_completed if live and old is not None
                 else (before.metadata.generation or 0) if before is not None else 0)
-    hosts = concerned(session, base_profile, after)
+    # Every host selected now is known to the rollout: one the change left alone took it at
+    # once, and is not mistaken by the driver for a host enrolling later.
+    hosts, seen = survey(session, base_profile, after)
     if not hosts and not (live and old is not None and
                           any(s.generation != old.last_completed for s in old.hosts.values())):
         drop(session, profile_name, now)
@@ -113,14 +115,14 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
         state, actions = machine.start(profile_name, spec, generation, previous, hosts, now=stamp)
     if row is None:
         row = Rollout(profile=profile_name, generation=generation, phase=state.phase,
-                      state=state.model_dump(mode="json"), known=sorted(state.hosts), commands=[],
-                      updated_at=now)
+                      state=state.model_dump(mode="json"), known=sorted({*seen, *state.hosts}),
+                      commands=[], updated_at=now)
         session.add(row)
     else:
         row.generation = generation
         row.phase = state.phase
         row.state = state.model_dump(mode="json")
-        row.known = sorted(state.hosts)
+        row.known = sorted({*seen, *state.hosts})
         row.commands = []
         row.updated_at = now
     _unpin(session, profile_name)
@@ -165,21 +167,29 @@ def concerned(session: Session, before: StorageProfile | None, after: StoragePro
     """Hosts whose desired state the change from ``before`` to ``after`` changes, planned on each
     host's stored topology (one query for the hosts; a host without a topology is concerned when
     either version selects it)."""
+    return survey(session, before, after)[0]
+
+
+def survey(session: Session, before: StorageProfile | None, after: StorageProfile | None
+           ) -> tuple[list[str], list[str]]:
+    """(the hosts concerned, every host either version selects)."""
     selectors = [p.spec.hostSelector for p in (before, after) if p is not None and p.spec.hostSelector]
     if not selectors:
-        return []
+        return [], []
     rows = session.execute(select(Host.name, Host.labels, Host.reported_labels, Host.topology_hash,
                                   Host.topology)).all()
     parsed: dict[str, Topology | None] = {}
     before_maps: dict[str, DesiredMap] = {}
     after_maps: dict[str, DesiredMap] = {}
     unknown: list[str] = []
+    selected: list[str] = []
     for name, api, reported, digest, raw in rows:
         labels = {**reported, **api}
         takes = [(p, maps) for p, maps in ((before, before_maps), (after, after_maps))
                  if p is not None and _selects(p.spec.hostSelector, labels)]
         if not takes:
             continue
+        selected.append(name)
         key = digest or f"host:{name}"
         if key not in parsed:
             parsed[key] = _topology(raw)
@@ -189,7 +199,7 @@ def concerned(session: Session, before: StorageProfile | None, after: StoragePro
             continue
         for profile, maps in takes:
             maps[name] = desired_map(profile, topology)
-    return sorted({*machine.concerned(before_maps, after_maps), *unknown})
+    return sorted({*machine.concerned(before_maps, after_maps), *unknown}), sorted(selected)
 
 
 def _selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
