@@ -453,3 +453,16 @@ def test_a_canary_proves_the_change_before_the_fleet_takes_it(
             assert st.hosts[canary].verdict == "failed"
             eventually(lambda: _read_ahead(fakes[canary]) == 4096, timeout=WAIT, what="the canary put back")
             assert {(n, ra) for n, ra in seen if n != canary} == {(n, 4096) for n in FLEET if n != canary}
+
+
+def test_hostile_evidence_is_bounded_failed_hosts_first(client: TestClient, server: FastAPI,
+                                                        clock: FakeClock) -> None:
+    verdicts = {"a1": "passed", "a2": None, "a3": "failed"}
+    with server.state.sessions() as session:
+        session.add_all([RolloutAnalysis(profile=PROFILE, generation=2, host=h, before_run=f"b-{h}",
+                                         after_run=None, verdict=v, detail={}, created_at=clock.now,
+                                         updated_at=clock.now) for h, v in verdicts.items()])
+        session.commit()
+        listed = {n: [i["host"] for i in rollout_analysis.evidence(session, PROFILE, 2, limit=n)]
+                  for n in (0, 2, 3, 4)}
+    assert listed == {0: [], 2: ["a3", "a1"], 3: ["a3", "a1", "a2"], 4: ["a3", "a1", "a2"]}

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, NamedTuple
 
-from sqlalchemy import event, select
+from sqlalchemy import case, event, select
 from sqlalchemy.orm import Session, SessionTransaction, aliased, sessionmaker
 
 from stortune.schemas import planner
@@ -58,6 +58,8 @@ from stortune.server.services import benchmarks, events, hosts
 KIND: Final = "StorageProfile"
 #: Runs of the host looked at for a before-run to reuse (newest first).
 REUSE_CANDIDATES: Final = 50
+#: Hosts the status lists evidence for (a rollout may gate every wave: a thousand canaries).
+MAX_EVIDENCE: Final = 500
 #: Lines of "what differed between the two runs" kept with a verdict.
 MAX_CONTEXT: Final = 20
 _ENDED_BADLY: Final = ("failed", "cancelled")
@@ -476,12 +478,15 @@ def _changes(deltas: Sequence[MetricDelta]) -> dict[str, float]:
 
 
 # -- for the status -----------------------------------------------------------------------
-def evidence(session: Session, profile: str, generation: int) -> list[dict[str, Any]]:
-    """The status's "analysis" list: per host its runs, verdict, objectives and reason; when the
-    profile came from an experiment, the gain it claimed next to the one measured here."""
+def evidence(session: Session, profile: str, generation: int, *, limit: int = MAX_EVIDENCE
+             ) -> list[dict[str, Any]]:
+    """The status's "analysis" list: per host its runs, verdict, objectives and reason, failed
+    hosts first, at most ``limit``; when the profile came from an experiment, the gain it
+    claimed next to the one measured here."""
+    failed_first = case((RolloutAnalysis.verdict == "failed", 0), else_=1)
     rows = session.scalars(select(RolloutAnalysis).where(
         RolloutAnalysis.profile == profile, RolloutAnalysis.generation == generation)
-        .order_by(RolloutAnalysis.host)).all()
+        .order_by(failed_first, RolloutAnalysis.host).limit(max(0, limit))).all()
     if not rows:
         return []
     claim = _claim(session, profile)
