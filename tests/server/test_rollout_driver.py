@@ -45,6 +45,8 @@ PROFILE = "streaming"
 HOSTS = [f"h{i:02d}" for i in range(20)]
 FAST = {"reconcile_interval_s": 0.5, "rollout_interval_s": 0.05}
 DEADLINE = 60.0
+#: Short, so a killed server's shards pass on soon; long enough that a busy machine renews in time.
+SHARD_LEASE_S = 5
 #: 1 / 15% / 100% of 20 hosts: waves of 1, 2 and 17 (sizes count the waves before, spec.py).
 WAVES: dict[str, Any] = {"waves": [{"hosts": 1}, {"percent": 15}, {"percent": 100}]}
 
@@ -603,7 +605,7 @@ def test_hostile_a_killed_server_s_successor_goes_on_from_where_it_was(
     expected = dealt(HOSTS, RolloutSpec())
     stuck = expected[2][3]  # wave 3 sits with some hosts updated and this one changing
     busy(agents, stuck)
-    first = make_app(agents=agents, shard_lease_s=2, **FAST)
+    first = make_app(agents=agents, shard_lease_s=SHARD_LEASE_S, **FAST)
     with abandoned(admin_client(first)) as client:
         register(client, *HOSTS)
         assert client.post(f"{API}/profiles", json=doc()).status_code == 201
@@ -612,7 +614,7 @@ def test_hostile_a_killed_server_s_successor_goes_on_from_where_it_was(
                    and sum(hs.stage == "updated" for h, hs in s.hosts.items() if h in expected[2]) >= 2,
                    timeout=DEADLINE, what="mid wave 3")
         kill(first)
-        second = make_app(agents=agents, shard_lease_s=2, **FAST)
+        second = make_app(agents=agents, shard_lease_s=SHARD_LEASE_S, **FAST)
         at_kill = sample(second)
         assert at_kill is not None and at_kill.phase == "Progressing" and at_kill.wave == 2
         steps = watch_steps(second)
@@ -647,8 +649,8 @@ def test_two_replicas_exactly_one_steps_a_rollout(
         make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually, db_url: str) -> None:
     if not db_url.startswith("postgresql"):
         pytest.skip("replicas share a PostgreSQL database")
-    a = make_app(agents=agents, shard_lease_s=2, **FAST)
-    b = make_app(agents=agents, shard_lease_s=2, **FAST)
+    a = make_app(agents=agents, shard_lease_s=SHARD_LEASE_S, **FAST)
+    b = make_app(agents=agents, shard_lease_s=SHARD_LEASE_S, **FAST)
     with admin_client(a) as client, admin_client(b):
         eventually(lambda: len(a.state.ownership.owned()) == len(b.state.ownership.owned()) == SHARDS // 2,
                    timeout=DEADLINE, what="the shards divided between the two")
