@@ -225,7 +225,7 @@ def agents() -> FakeAgentClients:
 
 
 def agent_of(agents: FakeAgentClients, name: str) -> FakeAgentClient:
-    found: FakeAgentClient = agents.for_address(f"{name}.example:7443", name)  # type: ignore[assignment]
+    found: FakeAgentClient = agents.for_address(f"{name}.example:7443", name)
     return found
 
 
@@ -295,7 +295,7 @@ def watch_steps(app: FastAPI) -> Steps:
     step = driver._step
 
     def recorded(name: str) -> bool:
-        wrote = step(name)
+        wrote: bool = step(name)
         if wrote:
             found = sample(app, name)
             if found is not None:
@@ -435,7 +435,7 @@ def test_hostile_a_failing_canary_halts_the_rollout(
         on_failure: str) -> None:
     app, client = fleet
     steps = watch_steps(app)
-    spec = {"maxFailures": 0, "onFailure": on_failure}
+    spec: dict[str, Any] = {"maxFailures": 0, "onFailure": on_failure}
     (canary,) = dealt(HOSTS, RolloutSpec.model_validate(spec))[0]
     agent_of(agents, canary).fail("apply", AgentError(f"{canary}.example:7443", "disk on fire", "INTERNAL"))
     assert client.post(f"{API}/profiles", json=doc(**spec)).status_code == 201
