@@ -208,6 +208,17 @@ def test_status_names_waves_hosts_and_counts(app: FastAPI, client: TestClient) -
     assert len(limited["hosts"]) == 2 and limited["hostsTotal"] == len(HOSTS)
 
 
+def test_hostile_a_profile_deleted_before_any_host_applied_it_takes_its_rollout_along(
+    app: FastAPI, client: TestClient,
+) -> None:
+    start_rollout(app, client)
+    assert client.delete(f"{API}/profiles/vod").status_code == 200  # nothing to put back: gone at once
+    for method, path in (("GET", "rollout"), ("GET", "rollout?watch=true"), ("POST", "rollout/undo")):
+        response = client.request(method, f"{API}/profiles/vod/{path}")
+        assert response.status_code == 404, (method, path, response.text)
+        assert response.json()["message"] == 'StorageProfile "vod" not found'
+
+
 def test_openapi_names_the_operations(client: TestClient) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     ids = {op["operationId"] for path, ops in paths.items() if "/rollout" in path for op in ops.values()}
