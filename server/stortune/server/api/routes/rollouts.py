@@ -42,6 +42,8 @@ from stortune.server.api.security import Authorized
 from stortune.server.auth import Permission, Principal
 from stortune.server.errors import NotFound
 from stortune.server.services import profiles, rollouts
+from stortune.server.services.watches import WatchBook
+from stortune.server.settings import Settings
 
 log = logging.getLogger("stortune.server.rollouts")
 router = APIRouter(prefix="/profiles", tags=["profiles"])
@@ -129,8 +131,9 @@ def _ended(status: dict[str, Any]) -> str | None:
 async def _watch(request: Request, name: str, limit: int, seconds: int,
                  first: dict[str, Any]) -> AsyncIterator[bytes]:
     sessions: sessionmaker[Session] = request.app.state.sessions
-    interval = min(WATCH_POLL_S, getattr(request.app.state.settings, "rollout_interval_s", WATCH_POLL_S))
-    watches = getattr(request.app.state, "watches", None)
+    settings: Settings = request.app.state.settings
+    watches: WatchBook = request.app.state.watches  # drained when the server shuts down
+    interval = min(WATCH_POLL_S, settings.rollout_interval_s)
     deadline = time.monotonic() + seconds
     status = first
     yield _line({"type": "status", "status": status})
@@ -139,7 +142,7 @@ async def _watch(request: Request, name: str, limit: int, seconds: int,
         remaining = deadline - time.monotonic()
         if reason is None and remaining <= 0:
             reason = "Timeout"
-        if reason is None and watches is not None and watches.draining:
+        if reason is None and watches.draining:
             reason = "ServerShutdown"  # the client watches again, here or on another replica
         if reason is not None:
             yield _line({"type": "end", "reason": reason, "phase": status.get("phase")})
