@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, get_args
 
@@ -539,7 +539,3 @@ def bind(sessions: sessionmaker[Session], wake: Callable[[], None]) -> None:
 
     event.listen(sessions, "after_commit", after_commit)
     event.listen(sessions, "after_transaction_end", after_end)
-
-
-def hosts_of(state: machine.RolloutState) -> Iterable[str]:
-    return state.hosts.keys()
