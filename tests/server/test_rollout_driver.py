@@ -12,6 +12,10 @@ for a state with a generous deadline; nothing is timed.
 from __future__ import annotations
 
 import itertools
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
@@ -39,7 +44,8 @@ from stortune.server.services.fleet_state import HostRecord
 from stortune.server.shards import SHARDS
 from tests.server.builders import API, loop_topology, profile_doc, registration
 from tests.server.conftest import Eventually
-from tests.server.support import AppFactory, TestClient, admin_client
+from tests.server.support import AppFactory, TestClient, admin_client, issue_token
+from tests.server.test_server_process import free_port, wait_until_serving
 
 PROFILE = "streaming"
 HOSTS = [f"h{i:02d}" for i in range(20)]
@@ -662,3 +668,91 @@ def test_two_replicas_exactly_one_steps_a_rollout(
         assert other.state.ownership.fence(PROFILE) is None
         assert owner.state.rollouts.steps.get(PROFILE, 0) > 0
         assert other.state.rollouts.steps.get(PROFILE, 0) == 0
+
+
+# -- a real server process, killed with SIGKILL -----------------------------------------------------
+_SERVE = """
+import sys
+
+import uvicorn
+
+from stortune.server import Settings, create_app
+from stortune.server.agentclient import AgentBusy, FakeAgentClient, FakeAgentClients, HostInfo
+from tests.server.builders import loop_topology
+
+db_url, port, busy, *names = sys.argv[1:]
+agents = FakeAgentClients()
+for name in names:
+    agent = agents.add(FakeAgentClient(
+        address=f"{name}.example:7443", topology=loop_topology(name),
+        info=HostInfo(hostname=name, kernel="6.1.0", boot_id="boot-1", agent_version="fake")))
+    if name == busy:
+        agent.fail("apply", AgentBusy(agent.address, "locked", "ABORTED"))
+settings = Settings(db_url=db_url, listen=f"127.0.0.1:{port}", reconcile_interval_s=0.5,
+                    rollout_interval_s=0.05, shard_lease_s=5, lease_duration_s=3600,
+                    heartbeat_interval_s=10)
+uvicorn.run(create_app(settings, agents=agents), host="127.0.0.1", port=int(port), log_level="warning")
+"""
+
+
+@contextmanager
+def server_process(db_url: str, tmp_path: Path, busy: str, log_name: str) -> Iterator[tuple[str, Any]]:
+    """A stortune server of fake agents (``busy``'s applies wait) in its own process; SIGKILLed at
+    the end unless the test did it first."""
+    script = tmp_path / "serve.py"
+    script.write_text(_SERVE)
+    port = free_port()
+    log = tmp_path / log_name
+    root = Path(__file__).resolve().parents[2]
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, str(script), db_url, str(port), busy, *HOSTS],
+                                stdout=out, stderr=subprocess.STDOUT, cwd=root,
+                                env={**os.environ, "PYTHONPATH": str(root)})
+        base = f"http://127.0.0.1:{port}"
+        try:
+            wait_until_serving(base, proc)
+            yield base, proc
+        except BaseException:
+            print(log.read_text(errors="replace")[-20_000:])
+            raise
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait()
+
+
+def test_hostile_a_server_process_killed_mid_wave_is_followed_by_the_next_from_the_stored_state(
+        make_app: AppFactory, db_url: str, tmp_path: Path, eventually: Eventually) -> None:
+    reader = make_app()  # never started: its sessions read the database the servers share
+    headers = {"Authorization": f"Bearer {issue_token(reader)}"}
+    expected = dealt(HOSTS, RolloutSpec())
+    stuck = expected[2][3]
+    with server_process(db_url, tmp_path, stuck, "first.log") as (base, proc):
+        with httpx.Client(base_url=base + API, headers=headers, timeout=10) as http:
+            for name in HOSTS:
+                body = registration(name, topology=loop_topology(name))
+                assert http.post("/agents/register", json=body).status_code in (200, 201)
+            assert http.post("/profiles", json=doc()).status_code == 201
+        eventually(lambda: (s := current(reader)) is not None and s.wave == 2
+                   and s.hosts[stuck].stage == "changing", timeout=DEADLINE, what="mid wave 3")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    at_kill = sample(reader)
+    assert at_kill is not None and at_kill.phase == "Progressing" and at_kill.wave == 2
+    updated = {h for h, stage in at_kill.stages.items() if stage == "updated"}
+    seen: list[Sample] = []
+
+    def complete() -> bool:
+        s = sample(reader)
+        if s is not None:
+            seen.append(s)
+        return s is not None and s.phase == "Complete"
+
+    with server_process(db_url, tmp_path, "", "second.log"):
+        eventually(complete, timeout=DEADLINE, what="complete after the restart")
+        eventually(lambda: all_applied(reader, 1), timeout=DEADLINE, what="generation 1 everywhere")
+    for s in seen:
+        assert s.wave == 2 and all(s.stages[h] == "updated" for h in updated), s
+        if s.phase != "Complete":
+            assert all(s.pinned[h] == 1 for h in updated), s
+    assert len(admin_events(reader, "RolloutStarted")) == 1  # went on, not started again
