@@ -318,6 +318,36 @@ def test_hostile_reverting_mid_rollout_moves_only_the_changed_canary(
         assert row is not None and row.known == held
 
 
+def test_a_generation_that_no_longer_selects_the_host_holds_nothing_there(
+    sessions: sessionmaker[Session], clock: FakeClock, held: list[str],
+) -> None:
+    first = canary(held)
+    replace(sessions, clock, doc(hostSelector={"matchLabels": {"tier": "gold"}}))  # selects none of them
+    state = rollout(sessions)
+    assert state is not None and sorted(state.hosts) == held  # their restorations roll out
+    assert pins(sessions) == {h: 2 if h == first else 1 for h in held}
+    for host in held:
+        assert view(sessions, host) == (({}, []) if host == first else ({NAME: 1}, [4096]))
+
+
+def test_hostile_a_failure_while_starting_the_rollout_leaves_the_profile_as_it_was(
+    sessions: sessionmaker[Session], clock: FakeClock, held: list[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> list[str]:
+        raise RuntimeError("the database went away mid-write")
+
+    monkeypatch.setattr(rollouts, "execute", broken)
+    with pytest.raises(RuntimeError):
+        replace(sessions, clock, doc(8192))
+    # One transaction: neither the new generation nor any of its rollout was stored.
+    with sessions() as session:
+        row = session.get(Profile, NAME)
+        assert row is not None and row.generation == 1
+    assert rollout(sessions) is None and pins(sessions) == {} and stored_generations(sessions) == {1: True}
+    monkeypatch.undo()
+    assert replace(sessions, clock, doc(8192)) == 2 and len(pins(sessions)) == len(held)
+
+
 def test_the_same_generation_written_twice_changes_nothing(
     sessions: sessionmaker[Session], clock: FakeClock, held: list[str],
 ) -> None:
