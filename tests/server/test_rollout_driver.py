@@ -412,9 +412,6 @@ def test_all_at_once_keeps_no_rollout_and_every_host_takes_the_change(
     assert all(read_ahead(agent_of(agents, h)) == 4096 for h in HOSTS)
 
 
-@pytest.mark.xfail(strict=True, reason="services/rollouts.on_new_generation stores known = the rollout's"
-                   " hosts, not every host the profile selects (rollout_design.md): the driver enrols"
-                   " the others")
 def test_hostile_a_selected_host_the_change_leaves_alone_is_not_enrolled_later(
         make_app: AppFactory, agents: FakeAgentClients, eventually: Eventually) -> None:
     # "bare" has no loop device: the profile selects it but changes nothing there, so it takes
