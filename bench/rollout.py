@@ -1,15 +1,17 @@
 """A profile change reaching a hollow fleet all at once, then in waves (issue 27, performance).
 
     python bench/rollout.py [--hosts 1000] [--procs 4] [--db postgresql://postgres@127.0.0.1:5432/test]
-        [--port 18080] [--agent-port 18081] [--server-arg=--rollout-interval=0.5]
+        [--port 18080] [--agent-port 18081] [--rounds 3] [--server-arg=--rollout-interval=0.5]
+        [--profile DIR --py-spy PATH]   # py-spy on the server during each change: where it went
 
 On one fleet of --hosts hollow agents (bench/hollow.py, started by bench/fleet.py's launcher on a
 temp SQLite or a fresh database of --db) holding a profile at read_ahead_kb 4096:
 
-1. a change to 1024 with ``rollout: {strategy: all-at-once}``: seconds from the PUT until every
-   host is Ready with the new generation applied;
-2. a change to 512 with ``rollout: {waves: [{hosts: 1}, {percent: 10}, {percent: 100}]}``
-   (health-gated, no soak, no analysis): seconds from the PUT until the rollout is Complete.
+1. a change to 1024 (1024 + 8r in round r) with ``rollout: {strategy: all-at-once}``: seconds
+   from the PUT until every host is Ready with the new generation applied;
+2. a change to 512 (512 + 8r) with ``rollout: {waves: [{hosts: 1}, {percent: 10}, {percent: 100}]}``
+   (health-gated, no soak, no analysis): seconds from the PUT until the rollout is Complete,
+   with the second each wave opened logged.
 
 For each, the control plane's CPU seconds over that span (utime + stime of the server
 processes from /proc, not this script's nor the agents') per host. Progress is read every
