@@ -26,7 +26,7 @@ from stortune.server.reconciler.decide import HostView
 from stortune.server.reconciler.report import conclude
 from tests.agent.fakekernel import PickyKernel
 from tests.fixtures.agent_host import BOOT_ID, Host, serving
-from tests.server.builders import API, profile_doc
+from tests.server.builders import API, profile_doc, with_changes
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, admin_client
 from tests.server.test_reconcile_decide import decision_for, profile, seen, topology, view
@@ -70,7 +70,9 @@ def test_hostile_a_value_the_kernel_refuses_when_written_shows_on_the_host_and_i
         assert client.post(f"{API}/agents/register", json={
             "name": "rpc-host", "address": picky_agent.address, "labels": {"role": "streamer"},
             "facts": {"boot_id": BOOT_ID}}).status_code == 200
-        docs = [profile_doc("deep", settings={"nr_requests": 256}), profile_doc()]
+        # all-at-once: in waves a refused value halts the rollout and rolls it back (issue 27).
+        docs = [with_changes(d, rollout={"strategy": "all-at-once"})
+                for d in (profile_doc("deep", settings={"nr_requests": 256}), profile_doc())]
         for doc in docs:
             assert client.post(f"{API}/profiles", json=doc).status_code == 201
 
