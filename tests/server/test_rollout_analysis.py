@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import select
 
+from stortune.schemas.bench.spec import parse_benchmark
 from stortune.schemas.bench.steps import WorkloadStep
 from stortune.schemas.rollout import machine
 from stortune.schemas.rollout.spec import parse_rollout
@@ -29,8 +30,9 @@ from stortune.server.db.tables import (
     Rollout,
     RolloutAnalysis,
 )
+from stortune.server.services import benchmarks
 from stortune.server.services.versions import next_resource_version
-from tests.server.benchfakes import BenchAgent, Values, finished_run, spec_doc, steady
+from tests.server.benchfakes import BenchAgent, Values, make_result, spec_doc, steady
 from tests.server.builders import API, loop_topology, registration
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client
@@ -73,6 +75,21 @@ def client(server: FastAPI, clock: FakeClock) -> Iterator[TestClient]:
                                                created_at=clock.now) for g, kb in ((1, 4096), (2, 0))])
             session.commit()
         yield test_client
+
+
+def _done_run(app: FastAPI, host: str, doc: dict[str, Any], *, now: datetime | None = None) -> str:
+    """A run stored done in one INSERT (never queued: the test's dispatcher would race to run it),
+    measured under generation 1 of the profile, on loop0."""
+    spec = parse_benchmark(doc)
+    when = now or app.state.clock()
+    row = benchmarks.queued_run(spec, host, requested_by="tests", now=when)
+    result = make_result(row.id, spec, steady(), hostname=host, profiles={PROFILE: 1})
+    row.state, row.message, row.finished_at, row.profiles = "done", "done", when, {PROFILE: 1}
+    row.result = result.model_dump(mode="json")
+    with app.state.sessions() as session:
+        session.add(row)
+        session.commit()
+        return row.id
 
 
 def _state(analysis: dict[str, Any], hosts: tuple[str, ...] = ("h1",)) -> machine.RolloutState:
@@ -148,7 +165,7 @@ def _judged(app: FastAPI, agent: BenchAgent, eventually: Eventually, analysis: d
 def test_hostile_stored_spec_writing_to_a_raw_device_is_refused_at_start(
         client: TestClient, server: FastAPI) -> None:
     # "seq" is stored (the control plane keeps a spec with each run): seq-1m writes to loop0.
-    finished_run(server, "h1", spec_doc("seq"))
+    _done_run(server, "h1", spec_doc("seq"))
     before = _runs(server)
     state = _state({"benchmark": "seq"})
     _start(server, state, "before")
@@ -160,6 +177,9 @@ def test_hostile_stored_spec_writing_to_a_raw_device_is_refused_at_start(
     with server.state.sessions() as session:
         reasons = session.scalars(select(Event.message).where(Event.reason == "AnalysisRefused")).all()
     assert len(reasons) == 1 and "write to the raw device" in reasons[0]
+    with server.state.sessions() as session:  # what a profile write may check up front
+        why = rollout_analysis.check_benchmark(session, state.spec.analysis)  # type: ignore[arg-type]
+    assert why is not None and why.startswith("@benchmark ") and "write to the raw device" in why
     # The machine fails the canary (a host whose before-run cannot be had) and, past
     # maxFailures 0, halts without changing it.
     new, actions = machine.step(state, machine.Observed(hosts={"h1": machine.HostObservation(
@@ -185,7 +205,7 @@ def test_hostile_a_stored_read_only_spec_runs_on_the_changed_device_not_its_own_
     doc = spec_doc("reads", workloads=[STREAM], target={"device": {"name": ["loop9"]}},
                    selector={"matchLabels": {"role": "elsewhere"}})
     doc["spec"]["allowDestructive"] = False
-    finished_run(server, "h1", doc)
+    _done_run(server, "h1", doc)
     state = _state({"benchmark": "reads"})
     _start(server, state, "before")
     row = _row(server)
@@ -224,7 +244,7 @@ def test_hostile_an_after_run_that_fails_is_a_failed_verdict_with_why(
 def test_hostile_a_run_older_than_max_age_is_not_reused(
         client: TestClient, server: FastAPI, clock: FakeClock) -> None:
     old = clock.now - timedelta(hours=1, seconds=1)
-    run_id = finished_run(server, "h1", spec_doc("mine", workloads=[STREAM]), now=old)
+    run_id = _done_run(server, "h1", spec_doc("mine", workloads=[STREAM]), now=old)
     state = _state({"benchmark": STREAM, "maxAge": "1h"})
     _start(server, state, "before")
     row = _row(server)
@@ -236,7 +256,7 @@ def test_hostile_a_run_older_than_max_age_is_not_reused(
 def test_hostile_a_younger_run_that_did_not_measure_the_same_thing_is_not_reused(
         client: TestClient, server: FastAPI, clock: FakeClock, why: str) -> None:
     workloads = [{"preset": "stream-32k", "runtime": "2s"}] if why == "another workload" else [STREAM]
-    run_id = finished_run(server, "h1", spec_doc("mine", workloads=workloads),
+    run_id = _done_run(server, "h1", spec_doc("mine", workloads=workloads),
                           now=clock.now - timedelta(minutes=59))
     with server.state.sessions() as session:
         stored = session.scalars(select(BenchmarkRun).where(BenchmarkRun.id == run_id)).one()
@@ -258,7 +278,7 @@ def test_hostile_a_younger_run_that_did_not_measure_the_same_thing_is_not_reused
 def test_a_same_workload_run_younger_than_max_age_is_reused(
         client: TestClient, server: FastAPI, clock: FakeClock) -> None:
     recent = clock.now - timedelta(minutes=59, seconds=59)
-    run_id = finished_run(server, "h1", spec_doc("mine", workloads=[STREAM]), now=recent)
+    run_id = _done_run(server, "h1", spec_doc("mine", workloads=[STREAM]), now=recent)
     state = _state({"benchmark": STREAM, "maxAge": "1h"})
     _start(server, state, "before")
     row = _row(server)

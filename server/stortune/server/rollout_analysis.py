@@ -130,7 +130,10 @@ def _start_after(session: Session, state: RolloutState, row: RolloutAnalysis, no
     if row.before_run is None or not isinstance(raw, dict):
         raise Refusal("no before-run was recorded for this host, so an after-run has nothing to be"
                       " judged against")
-    spec = parse_benchmark(raw)
+    try:
+        spec = parse_benchmark(raw)
+    except DocumentError as exc:  # stored by an earlier version that accepted more
+        raise Refusal(f"the before-run's spec is not valid now: {exc}"[:1000]) from None
     run = benchmarks.queued_run(spec, row.host, requested_by=_requester(state, "after"), now=now)
     session.add(run)
     session.info[_QUEUED] = True
@@ -195,14 +198,26 @@ def check_benchmark(session: Session, analysis: Analysis) -> str | None:
     """Why ``analysis.benchmark`` cannot judge a canary, or None: for a stored spec, that it
     exists and passes ``check_stored_benchmark`` (an inline one was checked when parsed).
     Messages start with ``@field`` under ``spec.rollout.analysis``."""
+    try:
+        _checked_spec(session, analysis)
+    except Refusal as exc:
+        return str(exc)
+    return None
+
+
+def _checked_spec(session: Session, analysis: Analysis) -> BenchmarkSpec | None:
+    """The stored spec ``analysis.benchmark`` names (None: the benchmark is inline), or Refusal."""
     if not isinstance(analysis.benchmark, str):
         return None
     found = stored_spec(session, analysis.benchmark)
     if found is None:
-        return (f"@benchmark no BenchmarkSpec named {analysis.benchmark!r} is stored (as a schedule or"
-                " a run): give a preset ({preset: stream-32k, runtime: 10s}) or store the spec first")
+        raise Refusal(f"@benchmark no BenchmarkSpec named {analysis.benchmark!r} is stored (as a"
+                      " schedule or a run): give a preset ({preset: stream-32k, runtime: 10s}) or"
+                      " store the spec first")
     problems = check_stored_benchmark(analysis, found.spec)
-    return problems[0] if problems else None
+    if problems:
+        raise Refusal(problems[0])
+    return found
 
 
 def _spec_for(session: Session, state: RolloutState, analysis: Analysis, host: str
@@ -210,18 +225,17 @@ def _spec_for(session: Session, state: RolloutState, analysis: Analysis, host: s
     """The spec the host's runs run, and the device it aims at (None: a stored spec's file)."""
     name = profile_name(state.profile, prefix="rollout-")
     body: dict[str, Any]
-    if isinstance(analysis.benchmark, str):
-        why = check_benchmark(session, analysis)
-        if why is not None:
-            raise Refusal(why.removeprefix("@benchmark "))
-        found = stored_spec(session, analysis.benchmark)
-        assert found is not None  # check_benchmark
+    try:
+        found = _checked_spec(session, analysis)
+    except Refusal as exc:
+        raise Refusal(str(exc).removeprefix("@benchmark ")) from None
+    if found is not None:
         name = found.name
         body = found.spec.model_dump(mode="json", by_alias=True, exclude_none=True)
         body.pop("hostSelector", None)  # the run is this host's, whatever the spec selects
     else:
-        item = analysis.benchmark
-        body = {"workloads": [item.model_dump(mode="json", by_alias=True, exclude_none=True)],
+        assert not isinstance(analysis.benchmark, str)
+        body = {"workloads": [analysis.benchmark.model_dump(mode="json", by_alias=True, exclude_none=True)],
                 "repeats": 1}
     device: Device | None = None
     if "file" not in body.get("target", {}):
