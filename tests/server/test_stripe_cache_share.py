@@ -22,11 +22,14 @@ from stortune.server import cli as server_cli
 from stortune.server.agentclient import FakeAgentClient, FakeAgentClients
 from stortune.server.settings import Settings
 from tests.fixtures.scenarios import SCENARIOS
-from tests.server.builders import API, profile_doc, registration
+from tests.server.builders import API, profile_doc, registration, with_changes
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, TestClient, admin_client
 
-ARRAYS = profile_doc("arrays", settings={"stripe_cache_size": 4096}, kinds=("md",))
+# all-at-once: in waves a refused setting halts the rollout and rolls it back (issue 27).
+AT_ONCE = {"strategy": "all-at-once"}
+ARRAYS = with_changes(profile_doc("arrays", settings={"stripe_cache_size": 4096}, kinds=("md",)),
+                      rollout=AT_ONCE)
 
 
 @pytest.fixture
@@ -150,7 +153,8 @@ def test_the_share_travels_with_the_apply_so_the_agent_does_not_write_what_it_re
     """An apply goes out for the array's other setting: it carries the control plane's share, and
     the agent (allowed 25 % by its own) leaves the cache alone, as the host's status says."""
     strict.post(f"{API}/agents/register", json=registration("files01", topology=topology))
-    both = profile_doc("arrays", settings={"stripe_cache_size": 4096, "read_ahead_kb": 8192}, kinds=("md",))
+    both = with_changes(profile_doc("arrays", settings={"stripe_cache_size": 4096, "read_ahead_kb": 8192},
+                                    kinds=("md",)), rollout=AT_ONCE)
     assert strict.post(f"{API}/profiles", json=both).status_code == 201
     agent = agents.agents["files01.example:7443"]
 
