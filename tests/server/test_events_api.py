@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.server.builders import API, profile_doc, registration
+from tests.server.builders import API, profile_doc, registration, with_changes
 from tests.server.support import FakeClock, TestClient
 
 EVENTS = f"{API}/events"
@@ -11,7 +11,8 @@ EVENTS = f"{API}/events"
 def test_events_newest_first_and_filtered(client: TestClient, clock: FakeClock) -> None:
     client.post(f"{API}/agents/register", json=registration("h1"))
     clock.advance(1)
-    client.post(f"{API}/profiles", json=profile_doc("p1"))
+    # all-at-once: a rollout (issue 27) would add its own events to the profile's.
+    client.post(f"{API}/profiles", json=with_changes(profile_doc("p1"), rollout={"strategy": "all-at-once"}))
     clock.advance(1)
     client.post(f"{API}/agents/register", json=registration("h2"))
 
