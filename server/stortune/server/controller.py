@@ -53,6 +53,14 @@ def request_reconcile(session: Session, hosts: Iterable[str], reason: str) -> No
         pending.setdefault(host, reason)  # a queue of keys: one entry per host is enough
 
 
+def withdraw_reconcile(session: Session, hosts: Iterable[str]) -> None:
+    """Take back this transaction's requests for ``hosts``: a later write in it showed that
+    their desired state does not change (a rollout pinned them at what they hold)."""
+    pending: dict[str, str] = session.info.get(_PENDING, {})
+    for host in hosts:
+        pending.pop(host, None)
+
+
 def bind(sessions: sessionmaker[Session], controller: Controller) -> None:
     """Deliver the reconcile requests of every session made by ``sessions`` to ``controller``."""
     sessions.configure(info={_TARGET: controller})

@@ -29,7 +29,7 @@ from stortune.schemas.rollout import machine
 from stortune.schemas.rollout import waves as dealing
 from stortune.schemas.rollout.spec import RolloutSpec
 from stortune.schemas.topology import Topology
-from stortune.server.controller import request_reconcile
+from stortune.server.controller import request_reconcile, withdraw_reconcile
 from stortune.server.db.tables import Host, Profile, ProfileGeneration, Rollout, RolloutPin
 from stortune.server.errors import Cause, Conflict, Invalid, NotFound
 from stortune.server.services import events
@@ -125,8 +125,15 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
         row.known = sorted({*seen, *state.hosts})
         row.commands = []
         row.updated_at = now
+    held = pins_of(session, profile_name)
     _unpin(session, profile_name)
     write_pins(session, profile_name, {h: hs.generation for h, hs in state.hosts.items()})
+    # The profile write asked for every selected host to be reconciled; a host pinned at the very
+    # generation it held (a pin, or unpinned the profile's generation before the write) has
+    # nothing new to do, and a thousand such looks queued ahead of the canary delayed it by seconds.
+    held_before = 0 if before is None else before.metadata.generation or 0
+    withdraw_reconcile(session, [h for h, hs in state.hosts.items()
+                                 if hs.generation == held.get(h, held_before)])
     execute(session, state, actions, now)
     prune(session, profile_name, {generation, state.previous, *(s.generation for s in state.hosts.values())})
     request_wake(session)
