@@ -20,7 +20,7 @@ from stortune.server.db.tables import AgentIdentity, Host, HostConditionChange, 
 from stortune.server.errors import NotFound
 from stortune.server.models.agents import Heartbeat, Registration, TopologyUpload
 from stortune.server.models.hosts import ConditionStatus, DeviceSetting, rejected_profiles
-from stortune.server.services import events, finalizers, host_keys
+from stortune.server.services import events, finalizers, host_keys, rollouts
 from stortune.server.services.events import EventType
 from stortune.server.services.host_keys import Proof
 from stortune.server.services.versions import next_resource_version
@@ -397,6 +397,7 @@ def delete(session: Session, name: str, now: datetime) -> Host:
     session.delete(host)
     # Its name is free again: a reinstalled machine (a new key) may obtain a certificate for it.
     session.execute(sa_delete(AgentIdentity).where(AgentIdentity.name == name))
+    rollouts.host_removed(session, name, now)  # a machine registered again under the name is a new host
     events.record(session, kind=KIND, name=name, host=name, type="Normal", reason="Removed",
                   message="host declared gone; profiles no longer wait for it", now=now)
     session.flush()

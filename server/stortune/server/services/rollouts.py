@@ -281,6 +281,35 @@ def prune(session: Session, profile: str, keep: Collection[int]) -> None:
                                                     ProfileGeneration.generation.not_in(kept)))
 
 
+def host_removed(session: Session, host: str, now: datetime) -> None:
+    """A host declared gone leaves every rollout, as the driver's departure does, and its pins
+    go: a machine registered again under the name is then a host enrolling, held at the last
+    completed generation, not at whatever its namesake was pinned at (a canary's new generation,
+    or a bad one a halted rollout will never release)."""
+    holds: dict[str, int] = {}
+    for row in session.scalars(select(Rollout).where(Rollout.phase != "Complete")):
+        raw_hosts = row.state.get("hosts") if isinstance(row.state, dict) else None
+        if host not in (row.known or ()) and not (isinstance(raw_hosts, dict) and host in raw_hosts):
+            continue
+        state = machine.RolloutState.model_validate(row.state)
+        if host in state.hosts:
+            rest = {h: hs for h, hs in state.hosts.items() if h != host}
+            row.state = state.model_copy(update={"hosts": rest}).model_dump(mode="json")
+            events.record(session, kind=KIND, name=row.profile, profile=row.profile, type="Normal",
+                          reason="Departed", message=f"{host} was declared gone; it no longer counts in"
+                                                     " the rollout", now=now)
+        row.known = [h for h in row.known if h != host]
+        row.updated_at = now
+        holds[row.profile] = state.last_completed
+    if session.scalar(select(RolloutPin.profile).where(RolloutPin.host == host).limit(1)) is not None:
+        next_resource_version(session)
+        session.execute(delete(RolloutPin).where(RolloutPin.host == host))
+    for profile, generation in holds.items():
+        write_pins(session, profile, {host: generation})
+    if holds:
+        request_wake(session)
+
+
 # -- executing -------------------------------------------------------------------------------
 def execute(session: Session, state: machine.RolloutState, actions: Sequence[machine.Action],
             now: datetime) -> list[str]:
@@ -508,6 +537,9 @@ def command(session: Session, profile: str, command: str, by: str, now: datetime
     row = session.get(Rollout, profile)
     if row is None:
         raise NotFound("Rollout", profile)
+    refused = _pointless(row, command)
+    if refused is not None:
+        raise Conflict(f'the rollout of "{profile}" is {refused}', kind="Rollout", name=profile)
     if len(row.commands) >= MAX_PENDING_COMMANDS:
         raise Conflict(f'the rollout of "{profile}" already has {len(row.commands)} pending commands; '
                        "wait for the driver to take them", kind="Rollout", name=profile)
@@ -521,6 +553,21 @@ def command(session: Session, profile: str, command: str, by: str, now: datetime
     found = status(session, profile)
     assert found is not None
     return found
+
+
+def _pointless(row: Rollout, command: str) -> str | None:
+    """Why ``command`` can do nothing to the rollout whatever is pending before it, or None.
+    A rollback is never undone by a later step (only a new generation ends it), and nothing
+    steps a Complete rollout but an undo: such a command would only be dropped, or wait in
+    the row for ever."""
+    state = row.state if isinstance(row.state, dict) else {}
+    if state.get("rollback") is True:
+        done = "rolled back" if state.get("rolledBack") is True else "rolling back"
+        return (f"{row.phase} and {done} to generation {state.get('previous')}: {command} cannot"
+                " change that; write a new generation of the profile instead")
+    if row.phase == "Complete" and command != "undo":
+        return f"Complete: there is nothing to {command}; undo puts the previous generation back"
+    return None
 
 
 # -- waking the driver -----------------------------------------------------------------------
