@@ -186,6 +186,7 @@ def survey(session: Session, before: StorageProfile | None, after: StorageProfil
     rows = session.execute(select(Host.name, Host.labels, Host.reported_labels, Host.topology_hash,
                                   Host.topology)).all()
     parsed: dict[str, Topology | None] = {}
+    plans: dict[tuple[str, bool], DesiredMap] = {}
     before_maps: dict[str, DesiredMap] = {}
     after_maps: dict[str, DesiredMap] = {}
     unknown: list[str] = []
@@ -205,7 +206,12 @@ def survey(session: Session, before: StorageProfile | None, after: StorageProfil
             unknown.append(name)
             continue
         for profile, maps in takes:
-            maps[name] = desired_map(profile, topology)
+            # Hosts of one topology share its plan: a fleet is a few hardware models, and a
+            # plan per host would hold the profile write's lock for seconds over 10,000 hosts.
+            planned = plans.get((key, profile is after))
+            if planned is None:
+                planned = plans[(key, profile is after)] = desired_map(profile, topology)
+            maps[name] = planned
     return sorted({*machine.concerned(before_maps, after_maps), *unknown}), sorted(selected)
 
 
