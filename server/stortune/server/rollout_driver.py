@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from sqlalchemy import select
+from sqlalchemy import CursorResult, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.orm.exc import StaleDataError
 
@@ -272,31 +272,32 @@ class RolloutDriver:
             step = _decide(session, name, records, now, self._parsed)
         if step is None:
             return False
+        new, actions = step.state, step.actions
+        # Everything that needs no lock is made before taking it: while this transaction holds
+        # SQLite's one write lock, every host status write of the reconciler waits.
+        stored = new.model_dump(mode="json")
+        known = sorted({*step.known, *new.hosts})
         with self._sessions() as session:
             next_resource_version(session)
-            row = session.get(Rollout, name)
-            if row is None or row.version != step.version:
+            # The row is not read back: written only if still at the version decided on.
+            written: CursorResult[Any] = session.execute(  # type: ignore[assignment]
+                update(Rollout).where(Rollout.profile == name, Rollout.version == step.version)
+                .values(state=stored, phase=new.phase, generation=new.generation, known=known, commands=[],
+                        updated_at=now, version=step.version + 1)  # every pending command was fed to it
+                .execution_options(synchronize_session=False))
+            if written.rowcount != 1:
+                session.rollback()
                 self.wake()  # written meanwhile: decided again at once, on what it holds now
                 return False
-            new, actions = step.state, step.actions
-            row.state = new.model_dump(mode="json")
-            row.phase = new.phase
-            row.generation = new.generation
-            known = sorted({*step.known, *new.hosts})
-            row.known = known
-            row.commands = []  # every pending one was fed to this step
-            row.updated_at = now
             rollouts.execute(session, new, actions, now)
             if new.phase == "Complete":
                 rollouts.release(session, name)  # every host takes the current generation
                 profile = session.get(Profile, name)
                 if profile is not None and profile.deletion_timestamp is not None:
                     finalizers.release_finished(session, now)  # a deletion rolled out: the row may go
-            session.flush()
-            written = row.version
             session.commit()
         # What this step stored is what the next one starts from: no need to read it back.
-        self._parsed.put(name, written, step.ordered, frozenset(known))
+        self._parsed.put(name, step.version + 1, step.ordered, frozenset(known))
         return True
 
 
