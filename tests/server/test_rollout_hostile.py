@@ -20,9 +20,12 @@ from fastapi import FastAPI
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.schemas.rollout import machine
+from stortune.schemas.rollout.spec import RolloutSpec
 from stortune.server.db.tables import Host, Profile, Rollout, RolloutPin
 from stortune.server.errors import AlreadyExists
+from stortune.server.rollout_driver import host_observation, observe
 from stortune.server.services import finalizers, hosts, profiles, rollouts
+from stortune.server.services.fleet_state import HostRecord
 from tests.server import test_rollout_storage as storage
 from tests.server.builders import API, loop_topology, profile_doc, registration
 from tests.server.support import FakeClock, TestClient, admin_client
@@ -350,3 +353,59 @@ def test_hostile_names_in_the_url_are_404_never_500(client: TestClient, name: st
         assert 400 <= response.status_code < 500, (name, method, path, response.status_code, response.text)
         assert "X-Injected" not in response.headers
     assert status_of(client)["pendingCommands"] == []
+
+
+# -- one failure, one setting (the driver's observation, pure) -------------------------------------
+def _record(applied: dict[str, int], **conditions: tuple[str, str]) -> HostRecord:
+    return HostRecord(name="h1", version=1, address="h1.example:7443", agent_version="0.1.0", kernel="6.1.0",
+                      conditions={"Ready": ("True", ""), "Reachable": ("True", ""), **conditions},
+                      labels={"role": "streamer"}, settings=(), applied=applied)
+
+
+def _one_host_state(stage: machine.Stage, generation: int) -> machine.RolloutState:
+    started, _ = machine.start(NAME, RolloutSpec(), 2, 1, ["h1"], now=0.0)
+    host = started.hosts["h1"].model_copy(update={"stage": stage, "generation": generation})
+    return started.model_copy(update={"hosts": {"h1": host}})
+
+
+def test_hostile_another_profiles_failed_apply_is_not_this_rollouts_failure() -> None:
+    # h1 holds generation 2 of this profile; its apply of another profile then fails (Applied
+    # is host-wide): not a failure of this rollout.
+    state = _one_host_state("updated", 2)
+    seen = host_observation(state, "h1", _record({NAME: 2, "other": 5}, Applied=("False", "ApplyFailed")),
+                            lambda _h, _g: False)
+    assert seen.failure is None and seen.generation == 2
+    # Still on its way to 2 when the apply fails: that one is this rollout's.
+    state = _one_host_state("changing", 2)
+    seen = host_observation(state, "h1", _record({NAME: 1}, Applied=("False", "ApplyFailed")),
+                            lambda _h, _g: False)
+    assert seen.failure == "apply-failed"
+
+
+def test_hostile_an_unreachable_host_fails_once_however_many_steps_see_it() -> None:
+    state = _one_host_state("changing", 2)
+    record = _record({NAME: 1}, Reachable=("False", "LeaseExpired"), Ready=("False", "Unreachable"))
+    failures = []
+    for _ in range(5):  # the driver steps while the host stays away
+        seen = observe(state, {"h1": record}, holds_nothing=lambda _h, _g: False, selects=None, known={"h1"})
+        state, _actions = machine.step(state, seen, 10.0)
+        failures.append(state.failures)
+    assert failures == [1] * 5
+    # Past maxFailures (0): halted, and the failed host is put back (desired at 1 while away).
+    assert (state.phase, state.reason, state.hosts["h1"].failure) == ("Halted", "FailureLimit", "unreachable")
+
+
+def test_hostile_a_canary_registered_again_enrols_in_the_last_wave_through_the_driver(
+    app: FastAPI, client: TestClient,
+) -> None:
+    start(client)
+    first = next(h["name"] for h in status_of(client)["hosts"] if h["wave"] == 1)
+    assert client.delete(f"{API}/hosts/{first}").status_code == 200
+    body = registration(first, topology=loop_topology(first))
+    assert client.post(f"{API}/agents/register", json=body).status_code == 200
+    app.state.rollouts.pass_once()
+    hosts_now = {h["name"]: h for h in status_of(client)["hosts"]}
+    # A newcomer: the last completed generation (0, nothing of the profile) in the last wave.
+    assert (hosts_now[first]["wave"], hosts_now[first]["generation"]) == (3, 0)
+    with app.state.sessions() as session:
+        assert rollouts.pins_of(session, "vod")[first] == 0
