@@ -11,12 +11,14 @@ from tests.e2e.test_control_plane_e2e import Fleet, agent_proc, eventually, flee
 
 
 def _profile(name: str, priority: int, dev: str, settings: str) -> str:
+    # all-at-once: in waves a blocked setting halts the rollout and rolls it back (issue 27).
     return f"""apiVersion: stortune/v1
 kind: StorageProfile
 metadata: {{name: {name}}}
 spec:
   hostSelector: {{matchLabels: {{e2e: blocked}}}}
   priority: {priority}
+  rollout: {{strategy: all-at-once}}
   rules:
     - name: the-loop
       match: {{kind: [loop], name: [{dev}]}}
