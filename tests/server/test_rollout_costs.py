@@ -237,6 +237,27 @@ def test_hostile_a_row_another_writer_changed_is_read_again(
     assert all(mine.hosts[h].stage == "updated" for h in changing)
 
 
+def test_hostile_a_rollout_started_again_at_the_same_version_is_read_again(
+    sessions: sessionmaker[Session], clock: FakeClock, held: list[str],
+) -> None:
+    write(sessions, clock, doc(8192))
+    steps = driver(sessions, clock)
+    assert steps.pass_once() == []  # the canary has not reported: kept as read, nothing written
+    _, _, first = row(sessions)
+    # All at once ends it (the row goes), and a new generation starts a rollout anew: its row
+    # counts its version from the start again, at the very version this driver kept.
+    write(sessions, clock, doc(2048, {"strategy": "all-at-once"}))
+    report(sessions, clock, 3, *held)
+    write(sessions, clock, doc(1024))
+    fresh, _, version = row(sessions)
+    assert version == first and fresh.generation == 4
+    (canary,) = [h for h, hs in fresh.hosts.items() if hs.stage == "changing"]
+    report(sessions, clock, 4, canary)
+    assert steps.pass_once() == [NAME]
+    stepped, _, _ = row(sessions)
+    assert stepped.generation == 4 and stepped.hosts[canary].stage == "updated" and stepped.wave == 1
+
+
 def test_the_step_written_is_the_state_kept(
     sessions: sessionmaker[Session], clock: FakeClock, held: list[str],
 ) -> None:
@@ -245,8 +266,11 @@ def test_the_step_written_is_the_state_kept(
     steps = driver(sessions, clock)
     for _ in range(20):
         steps.pass_once()
-        state, _, version = row(sessions)
-        kept = steps._parsed.get(NAME, version)
+        state, _, _ = row(sessions)
+        with sessions() as session:
+            found = session.get(Rollout, NAME)
+            assert found is not None
+            kept = steps._parsed.get(NAME, (found.version, found.generation, found.updated_at))
         assert kept is not None and kept[0] == state and list(kept[0].hosts) == list(
             rollout_driver.in_rollout_order(state).hosts)
         if state.phase == "Complete":

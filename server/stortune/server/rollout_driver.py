@@ -281,14 +281,16 @@ class RolloutDriver:
             next_resource_version(session)
             # The row is not read back: written only if still at the version decided on.
             written: CursorResult[Any] = session.execute(  # type: ignore[assignment]
-                update(Rollout).where(Rollout.profile == name, Rollout.version == step.version)
+                update(Rollout).where(Rollout.profile == name, Rollout.version == step.version[0])
                 .values(state=stored, phase=new.phase, generation=new.generation, known=known, commands=[],
-                        updated_at=now, version=step.version + 1)  # every pending command was fed to it
+                        updated_at=now, version=step.version[0] + 1)  # every pending command was fed to it
                 .execution_options(synchronize_session=False))
             if written.rowcount != 1:
                 session.rollback()
                 self.wake()  # written meanwhile: decided again at once, on what it holds now
                 return False
+            # As the database gives it back (the next pass's read compares it).
+            stamp = session.scalar(select(Rollout.updated_at).where(Rollout.profile == name))
             rollouts.execute(session, new, actions, now)
             if new.phase == "Complete":
                 rollouts.release(session, name)  # every host takes the current generation
@@ -297,23 +299,31 @@ class RolloutDriver:
                     finalizers.release_finished(session, now)  # a deletion rolled out: the row may go
             session.commit()
         # What this step stored is what the next one starts from: no need to read it back.
-        self._parsed.put(name, step.version + 1, step.ordered, frozenset(known))
+        if stamp is not None:
+            written_at = (step.version[0] + 1, new.generation, stamp)
+            self._parsed.put(name, written_at, step.ordered, frozenset(known))
         return True
+
+
+#: What tells one stored rollout state from another: (version, generation, updated_at).
+Version = tuple[int, int, datetime]
 
 
 class _ParsedRows:
     """Each rollout's state as parsed and put in rollout order, with its ``known`` set, by the row's
     version: a pass that finds the row unchanged (most passes: hosts report far more often than a
-    step writes) neither parses the JSON of every host nor sorts them again."""
+    step writes) neither parses the JSON of every host nor sorts them again. The version is the
+    row's (version, generation, updated_at): a row deleted and started again counts its version
+    from 1 anew, and this server may not have looked at it in between."""
 
     def __init__(self) -> None:
-        self._rows: dict[str, tuple[int, machine.RolloutState, frozenset[str]]] = {}
+        self._rows: dict[str, tuple[Version, machine.RolloutState, frozenset[str]]] = {}
 
-    def get(self, name: str, version: int) -> tuple[machine.RolloutState, frozenset[str]] | None:
+    def get(self, name: str, version: Version) -> tuple[machine.RolloutState, frozenset[str]] | None:
         found = self._rows.get(name)
         return (found[1], found[2]) if found is not None and found[0] == version else None
 
-    def put(self, name: str, version: int, state: machine.RolloutState, known: frozenset[str]) -> None:
+    def put(self, name: str, version: Version, state: machine.RolloutState, known: frozenset[str]) -> None:
         self._rows[name] = (version, state, known)
 
     def keep(self, names: Collection[str]) -> None:
@@ -325,7 +335,7 @@ class _ParsedRows:
 class _Step:
     """A decided step: the new state and its actions, for the row at ``version``."""
 
-    version: int
+    version: Version
     state: machine.RolloutState
     actions: list[machine.Action]
     known: frozenset[str]
@@ -336,14 +346,16 @@ class _Step:
 def _decide(session: Session, name: str, records: Mapping[str, HostRecord], now: datetime,
             parsed: _ParsedRows | None = None) -> _Step | None:
     """The machine's step on the stored row and the fleet index; None when it changes nothing."""
-    head = session.execute(select(Rollout.version, Rollout.commands).where(Rollout.profile == name)).first()
+    head = session.execute(select(Rollout.version, Rollout.generation, Rollout.updated_at, Rollout.commands)
+                           .where(Rollout.profile == name)).first()
     if head is None:
         return None
-    version, stored = head
+    version: Version = (head[0], head[1], head[2])
+    stored = head[3]
     cached = parsed.get(name, version) if parsed is not None else None
     if cached is None:
         raw = session.execute(select(Rollout.state, Rollout.known).where(
-            Rollout.profile == name, Rollout.version == version)).first()
+            Rollout.profile == name, Rollout.version == version[0])).first()
         if raw is None:  # written between the two reads: the next pass
             return None
         cached = in_rollout_order(machine.RolloutState.model_validate(raw[0])), frozenset(raw[1] or ())
