@@ -82,6 +82,16 @@ def test_hostile_the_machine_steps_the_same_on_the_moving_hosts_alone(seed: int)
     assert moving.departed == every.departed
     for now in (0.0, 1e6):
         assert machine.step(state, moving, now) == machine.step(state, every, now)
+    # Remembered observations, after some hosts' records were replaced and some pins moved, are
+    # the ones made afresh.
+    memo: rollout_driver.Memo = {}
+    observe(state, records, memo=memo, **args)
+    changed = {h: record(h, rng) for h in records if rng.random() < 0.3}
+    records = {**records, **changed}
+    repinned = {h: hs.model_copy(update={"generation": 3 - hs.generation if hs.generation in (1, 2) else 1})
+                for h, hs in state.hosts.items() if rng.random() < 0.2}
+    state = state.model_copy(update={"hosts": {**state.hosts, **repinned}})
+    assert observe(state, records, memo=memo, **args) == observe(state, records, **args)
 
 
 def test_a_thousand_pending_hosts_are_not_observed_one_by_one() -> None:

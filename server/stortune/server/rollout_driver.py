@@ -64,6 +64,10 @@ class Analysis:
     verdict: machine.Verdict | None = None
 
 
+#: host -> (its record, its pin, its analysis, the observation made of them).
+Memo = dict[str, tuple[HostRecord, int, Analysis | None, machine.HostObservation]]
+
+
 def _status(record: HostRecord, condition: str) -> tuple[str, str]:
     return record.conditions.get(condition, ("Unknown", ""))
 
@@ -101,7 +105,8 @@ def host_observation(state: machine.RolloutState, host: str, record: HostRecord,
 def observe(state: machine.RolloutState, records: Mapping[str, HostRecord], *,
             holds_nothing: Callable[[str, int], bool], selects: Callable[[HostRecord], bool] | None,
             known: Collection[str], commands: Iterable[str] = (),
-            analysis: Mapping[str, Analysis] | None = None, moving_only: bool = False) -> machine.Observed:
+            analysis: Mapping[str, Analysis] | None = None, moving_only: bool = False,
+            memo: Memo | None = None) -> machine.Observed:
     """The machine's input for one step, from the fleet index (``records``: every host by name).
 
     A host of the rollout without a record has departed (its row is gone). ``selects``: the
@@ -109,7 +114,10 @@ def observe(state: machine.RolloutState, records: Mapping[str, HostRecord], *,
     host the rollout has never seen enrols. Unknown commands are dropped (the row is data).
     ``moving_only``: leave out the hosts whose observation the machine does not read (``IDLE``
     stages): late in a wide wave most hosts are pending, and a step need not look at them. Not
-    with a command: an undo turns such hosts into reverting ones before the machine observes."""
+    with a command: an undo turns such hosts into reverting ones before the machine observes.
+    ``memo``: this rollout's observations from earlier passes, reused for a host whose record
+    (the fleet index replaces a host's record when its row changes), pin and analysis are the
+    same; kept only when the host reports the profile (``holds_nothing`` was not asked)."""
     seen = analysis or {}
     wanted = tuple(c for c in commands if c in _COMMANDS)
     moving_only = moving_only and not wanted
@@ -122,7 +130,14 @@ def observe(state: machine.RolloutState, records: Mapping[str, HostRecord], *,
         elif moving_only and hs.stage in IDLE:
             continue
         else:
-            hosts[host] = host_observation(state, host, record, holds_nothing, seen.get(host))
+            extra = seen.get(host)
+            hit = memo.get(host) if memo is not None else None
+            if hit is not None and hit[0] is record and hit[1] == hs.generation and hit[2] == extra:
+                hosts[host] = hit[3]
+                continue
+            hosts[host] = host_observation(state, host, record, holds_nothing, extra)
+            if memo is not None and state.profile in record.applied:
+                memo[host] = (record, hs.generation, extra, hosts[host])
     enrolled: list[str] = []
     if selects is not None:
         enrolled = sorted(name for name, record in records.items()
@@ -170,6 +185,7 @@ class RolloutDriver:
         self.steps: dict[str, int] = {}
         self._failing: dict[str, str] = {}  # profile -> the error its last step failed with
         self._parsed = _ParsedRows()
+        self._memos: dict[str, Memo] = {}  # profile -> its hosts' observations (observe's memo)
         self._sessions = sessions
         self._clock = clock
         self._wakeup: asyncio.Event | None = None
@@ -233,6 +249,7 @@ class RolloutDriver:
                 live.append(name)
         self._failing = {k: v for k, v in self._failing.items() if k in live}
         self._parsed.keep(live)
+        self._memos = {k: v for k, v in self._memos.items() if k in live}
         if not live:
             return []
         self.fleet.refresh()
@@ -269,7 +286,8 @@ class RolloutDriver:
         records, _ = self.fleet.snapshot()
         now = self._clock()
         with self._sessions() as session:
-            step = _decide(session, name, records, now, self._parsed)
+            step = _decide(session, name, records, now, parsed=self._parsed,
+                           memo=self._memos.setdefault(name, {}))
         if step is None:
             return False
         new, actions = step.state, step.actions
@@ -277,13 +295,15 @@ class RolloutDriver:
         # SQLite's one write lock, every host status write of the reconciler waits.
         stored = new.model_dump(mode="json")
         known = sorted({*step.known, *new.hosts})
+        # A thousand names need not be written again when no host was added.
+        values: dict[str, Any] = {"known": known} if len(known) != len(step.known) else {}
         with self._sessions() as session:
             next_resource_version(session)
             # The row is not read back: written only if still at the version decided on.
             written: CursorResult[Any] = session.execute(  # type: ignore[assignment]
                 update(Rollout).where(Rollout.profile == name, Rollout.version == step.version[0])
-                .values(state=stored, phase=new.phase, generation=new.generation, known=known, commands=[],
-                        updated_at=now, version=step.version[0] + 1)  # every pending command was fed to it
+                .values(state=stored, phase=new.phase, generation=new.generation, commands=[],
+                        updated_at=now, version=step.version[0] + 1, **values)  # commands: all were fed to it
                 .execution_options(synchronize_session=False))
             if written.rowcount != 1:
                 session.rollback()
@@ -344,7 +364,7 @@ class _Step:
 
 
 def _decide(session: Session, name: str, records: Mapping[str, HostRecord], now: datetime,
-            parsed: _ParsedRows | None = None) -> _Step | None:
+            *, parsed: _ParsedRows | None = None, memo: Memo | None = None) -> _Step | None:
     """The machine's step on the stored row and the fleet index; None when it changes nothing."""
     head = session.execute(select(Rollout.version, Rollout.generation, Rollout.updated_at, Rollout.commands)
                            .where(Rollout.profile == name)).first()
@@ -366,12 +386,20 @@ def _decide(session: Session, name: str, records: Mapping[str, HostRecord], now:
     profile = session.get(Profile, name)
     observed = observe(state, records, holds_nothing=_generations(session, state, records),
                        selects=_selector_of(profile), known=known, commands=pending_commands(stored_commands),
-                       analysis=_analysis(session, state, records), moving_only=True)
+                       analysis=_analysis(session, state, records), moving_only=True,
+                       memo=_bounded(memo, len(state.hosts)))
     new, actions = machine.step(state, observed, now.timestamp())
     if new == state and not actions and not stored_commands and set(new.hosts) <= known:
         return None
     ordered = new if new.hosts.keys() <= state.hosts.keys() else in_rollout_order(new)
     return _Step(version, new, actions, known, ordered)
+
+
+def _bounded(memo: Memo | None, hosts: int) -> Memo | None:
+    """The memo, emptied once it holds twice the rollout's hosts (departed hosts' entries)."""
+    if memo is not None and len(memo) > 2 * hosts + 16:
+        memo.clear()
+    return memo
 
 
 def _selector_of(profile: Profile | None) -> Callable[[HostRecord], bool] | None:
