@@ -507,3 +507,15 @@ def test_spec_rollout_round_trips_through_storage(sessions: sessionmaker[Session
         stored = profiles.stored_profile(session.get(Profile, row.name) or row)
     assert stored.spec.rollout is not None
     assert (stored.spec.rollout.soak, stored.spec.rollout.maxFailures) == (120.0, "5%")
+
+
+def test_hostile_a_generation_stored_again_under_its_name_is_parsed_from_its_own_spec() -> None:
+    """Hostile: parsed generations were cached by (name, generation, stored at). A profile deleted
+    and created again in the same instant (a frozen or coarse clock) under its old name read the
+    other's rules. The spec itself is the key now."""
+    first = profiles.validate(profile_doc("again", settings={"read_ahead_kb": 4096}))
+    second = profiles.validate(profile_doc("again", settings={"read_ahead_kb": 0}))
+    spec_of = [p.spec.model_dump(mode="json", by_alias=True, exclude_none=True) for p in (first, second)]
+    parsed = [rollouts._parsed("again", 1, spec, None) for spec in spec_of]
+    assert [p.spec.rules[0].settings.read_ahead_kb for p in parsed] == [4096, 0]
+    assert rollouts._parsed("again", 1, spec_of[0], None) is parsed[0]  # the same content: kept

@@ -12,6 +12,8 @@ driver (rollout_driver.py) feeds the machine observations and executes its actio
 
 from __future__ import annotations
 
+import hashlib
+import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -167,7 +169,7 @@ def at_generation(session: Session, name: str, generation: int,
     found = session.get(ProfileGeneration, (name, generation))
     if found is None or found.spec is None:
         return None
-    return _parsed(name, generation, found.created_at, found.spec, like)
+    return _parsed(name, generation, found.spec, like)
 
 
 def concerned(session: Session, before: StorageProfile | None, after: StorageProfile | None) -> list[str]:
@@ -349,22 +351,23 @@ def _start_analysis(session: Session, state: machine.RolloutState, action: machi
 
 # -- the host's desired state ----------------------------------------------------------------
 class _Parsed:
-    """Parsed stored generations by (profile, generation, stored at): a stored generation never
-    changes, and a profile created again stores its generations anew (a new ``created_at``)."""
+    """Parsed stored generations by (profile, generation, digest of the spec): a generation's
+    content is what identifies it. ``created_at`` did not: a profile created again in the same
+    instant (a frozen clock, a coarse one) under its old name took the other's parsed spec."""
 
     def __init__(self, size: int = 4096) -> None:
         self._size = size
-        self._found: OrderedDict[tuple[str, int, datetime], StorageProfile] = OrderedDict()
+        self._found: OrderedDict[tuple[str, int, str], StorageProfile] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, int, datetime]) -> StorageProfile | None:
+    def get(self, key: tuple[str, int, str]) -> StorageProfile | None:
         with self._lock:
             found = self._found.get(key)
             if found is not None:
                 self._found.move_to_end(key)
             return found
 
-    def put(self, key: tuple[str, int, datetime], profile: StorageProfile) -> None:
+    def put(self, key: tuple[str, int, str], profile: StorageProfile) -> None:
         with self._lock:
             self._found[key] = profile
             while len(self._found) > self._size:
@@ -374,9 +377,10 @@ class _Parsed:
 _PARSED = _Parsed()
 
 
-def _parsed(name: str, generation: int, created_at: datetime, spec: Mapping[str, Any],
+def _parsed(name: str, generation: int, spec: Mapping[str, Any],
             like: StorageProfile | Profile | None) -> StorageProfile:
-    key = (name, generation, created_at)
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"), default=str)
+    key = (name, generation, hashlib.sha256(text.encode()).hexdigest())
     found = _PARSED.get(key)
     if found is None:
         labels: dict[str, str] = {}
@@ -430,7 +434,7 @@ def desired(session: Session, host_name: str, selecting_rows: Sequence[Profile],
             else:
                 kept = stored.get((name, pin))
                 found = (None if kept is None or kept.spec is None
-                         else _parsed(name, pin, kept.created_at, kept.spec, row))
+                         else _parsed(name, pin, kept.spec, row))
         except profiles.StoredProfileInvalid as exc:
             if invalid is not None:
                 invalid[name] = "; ".join(f"{c.field}: {c.message}" for c in exc.causes)
