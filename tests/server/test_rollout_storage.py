@@ -519,3 +519,45 @@ def test_hostile_a_generation_stored_again_under_its_name_is_parsed_from_its_own
     parsed = [rollouts._parsed("again", 1, spec, None) for spec in spec_of]
     assert [p.spec.rules[0].settings.read_ahead_kb for p in parsed] == [4096, 0]
     assert rollouts._parsed("again", 1, spec_of[0], None) is parsed[0]  # the same content: kept
+
+
+def _halt_on(sessions: sessionmaker[Session], clock: FakeClock, host: str) -> None:
+    """What the driver stores when ``host`` fails: the machine's step and its actions, one write."""
+    with sessions() as session:
+        row = session.get(Rollout, NAME)
+        assert row is not None
+        seen = machine.Observed(hosts={host: machine.HostObservation(failure="apply-failed")})
+        state, actions = machine.step(machine.RolloutState.model_validate(row.state), seen,
+                                      clock().timestamp())
+        row.state, row.phase, row.version = state.model_dump(mode="json"), state.phase, row.version + 1
+        rollouts.execute(session, state, actions, clock())
+        session.commit()
+
+
+def test_hostile_a_halted_deletion_is_started_over_by_deleting_again(
+    sessions: sessionmaker[Session], clock: FakeClock, held: list[str],
+) -> None:
+    """Hostile: a deletion whose canary failed rolls back and halts; the profile then stays
+    Deleting, and could be neither replaced nor created again. A second DELETE (once the cause is
+    mended) starts the deletion over at a new tombstone; a DELETE of a deletion in progress does not."""
+    first = canary(held)
+    assert replace(sessions, clock, doc()) == 2
+    applied(sessions, clock, {NAME: 2}, *held)
+    with sessions() as session:
+        profiles.delete(session, NAME, clock())
+    with sessions() as session:  # in progress: a second DELETE changes nothing
+        assert profiles.delete(session, NAME, clock())[1] is True
+    state = rollout(sessions)
+    assert state is not None and (state.generation, state.phase) == (3, "Progressing")
+    _halt_on(sessions, clock, first)
+    state = rollout(sessions)
+    assert state is not None and (state.phase, state.rollback) == ("Halted", True)
+    assert pins(sessions) == dict.fromkeys(held, 2)  # the canary holds generation 2 again
+
+    with sessions() as session:
+        assert profiles.delete(session, NAME, clock())[1] is True
+    state = rollout(sessions)
+    assert state is not None and (state.generation, state.previous, state.phase) == (4, 2, "Progressing")
+    assert pins(sessions) == {h: 4 if h == first else 2 for h in held}
+    assert stored_generations(sessions)[4] is False  # a tombstone
+    assert reasons(sessions).count("Deleting") == 2

@@ -276,8 +276,11 @@ def delete(session: Session, name: str, now: datetime) -> tuple[Profile, bool]:
     version = next_resource_version(session)
     row = _get(session, name)
     if row.deletion_timestamp is not None:
-        session.rollback()
-        return row, True
+        tomb = rollouts.halted_deletion(session, name)
+        if tomb is None:
+            session.rollback()
+            return row, True
+        return _delete_again(session, row, tomb, version, now), True
     holders = finalizers.holding(session, name)
     targets = {*holders, *hosts.select_names(session, selector(row.spec))}
     if holders:
@@ -306,6 +309,20 @@ def delete(session: Session, name: str, now: datetime) -> tuple[Profile, bool]:
     if not holders:
         row.deletion_timestamp = now  # the returned document shows what happened
     return row, bool(holders)
+
+
+def _delete_again(session: Session, row: Profile, tomb: int, version: int, now: datetime) -> Profile:
+    """A deletion whose rollout halted starts over at a new tombstone generation, from the
+    generation the hosts were put back to (the machine supersedes from the last completed one)."""
+    row.resource_version = version
+    row.updated_at = now
+    events.record(session, kind=KIND, name=row.name, profile=row.name, type="Normal", reason="Deleting",
+                  message=f"deleted again: the halted deletion (generation {tomb}) starts over", now=now)
+    session.flush()
+    rollouts.on_new_generation(session, row.name, stored_profile(row), None, tomb + 1, now=now)
+    request_reconcile(session, rollouts.held_live(session, row.name), f"profile {row.name} deleted again")
+    session.commit()
+    return row
 
 
 # Dry runs ------------------------------------------------------------------

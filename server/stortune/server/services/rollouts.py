@@ -65,6 +65,17 @@ def record_generation(session: Session, name: str, generation: int, spec: Mappin
                                     spec=None if spec is None else dict(spec), created_at=now))
 
 
+def halted_deletion(session: Session, name: str) -> int | None:
+    """The tombstone generation of ``name``'s deletion when its rollout halted (rolled back or
+    not), else None. Such a profile can be neither replaced nor created again, so a second DELETE
+    starts the deletion over (``profiles.delete``) once the cause is mended."""
+    row = session.get(Rollout, name)
+    if row is None or row.phase != "Halted":
+        return None
+    tomb = session.get(ProfileGeneration, (name, row.generation))
+    return row.generation if tomb is not None and tomb.spec is None else None
+
+
 def forget(session: Session, name: str) -> None:
     """Drop every trace of a profile's rollouts: its row, its pins and its stored generations (a
     profile created again under the name starts afresh)."""
