@@ -33,7 +33,7 @@ from stortune.server.db.tables import (
 from stortune.server.services import benchmarks
 from stortune.server.services.versions import next_resource_version
 from tests.server.benchfakes import BenchAgent, Values, make_result, spec_doc, steady
-from tests.server.builders import API, loop_topology, registration
+from tests.server.builders import API, loop_topology, profile_doc, registration, with_changes
 from tests.server.conftest import Eventually
 from tests.server.support import AppFactory, FakeClock, TestClient, admin_client
 
@@ -187,6 +187,25 @@ def test_hostile_stored_spec_writing_to_a_raw_device_is_refused_at_start(
     assert new.hosts["h1"].stage == "failed" and new.hosts["h1"].failure == "analysis"
     assert new.phase == "Halted" and new.reason == "FailureLimit"
     assert not any(isinstance(a, machine.Advance) for a in actions)
+
+
+@pytest.mark.parametrize(("benchmark", "words"), [("seq", "write to the raw device"),
+                                                 ("nowhere", "'nowhere'")])
+def test_hostile_a_profile_naming_a_stored_spec_that_cannot_judge_is_refused_at_the_write(
+        client: TestClient, server: FastAPI, benchmark: str, words: str) -> None:
+    """Hostile: found out only when the first canary's before-run should start, after the write
+    was accepted; now the create and the replace are 422 naming the field, and nothing is stored."""
+    _done_run(server, "h1", spec_doc("seq"))  # stored, and seq-1m writes to loop0
+    doc = profile_doc(PROFILE, settings={"read_ahead_kb": 0})
+    gated = with_changes(doc, rollout={"analysis": {"benchmark": benchmark}})
+    for method, url in (("post", f"{API}/profiles"), ("put", f"{API}/profiles/{PROFILE}")):
+        if method == "put":
+            assert client.post(f"{API}/profiles", json=doc).status_code == 201
+        refused = client.request(method, url, json=gated)
+        assert refused.status_code == 422, refused.text
+        (cause,) = refused.json()["details"]["causes"]
+        assert cause["field"] == "spec.rollout.analysis.benchmark" and words in cause["message"], cause
+    assert client.get(f"{API}/profiles/{PROFILE}").json()["metadata"]["generation"] == 1
 
 
 def test_hostile_stored_spec_that_does_not_exist_is_refused_naming_it(

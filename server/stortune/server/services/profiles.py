@@ -150,6 +150,7 @@ def _new_row(profile: StorageProfile, version: int, now: datetime) -> Profile:
 def create(session: Session, profile: StorageProfile, now: datetime) -> Profile:
     version = next_resource_version(session)
     _check_absent(session, profile.name)
+    rollouts.check_analysis(session, profile)
     row = _new_row(profile, version, now)
     session.add(row)
     events.record(session, kind=KIND, name=row.name, profile=row.name, type="Normal", reason="Created",
@@ -213,6 +214,7 @@ def replace(session: Session, name: str, profile: StorageProfile, now: datetime)
     version = next_resource_version(session)
     row = _get(session, name)
     _check_preconditions(row, profile)
+    rollouts.check_analysis(session, profile)
     old_selector = selector(row.spec)
     new = _replacement(row, profile)
     if all(getattr(row, k) == v for k, v in new.items()):

@@ -65,6 +65,23 @@ def record_generation(session: Session, name: str, generation: int, spec: Mappin
                                     spec=None if spec is None else dict(spec), created_at=now))
 
 
+def check_analysis(session: Session, profile: StorageProfile) -> None:
+    """Invalid naming ``spec.rollout.analysis.benchmark`` when the analysis names a stored
+    BenchmarkSpec that is missing or would write to a raw device: refused at the write, not
+    found out when the first canary's before-run should start."""
+    rollout = profile.spec.rollout
+    if rollout is None or rollout.analysis is None or not isinstance(rollout.analysis.benchmark, str):
+        return
+    from stortune.server import rollout_analysis  # it imports the services
+
+    why = rollout_analysis.check_benchmark(session, rollout.analysis)
+    if why is None:
+        return
+    field, _, message = why.partition(" ")
+    raise Invalid([Cause(f"spec.rollout.analysis.{field.removeprefix('@')}", message)],
+                  kind="StorageProfile", name=profile.name)
+
+
 def halted_deletion(session: Session, name: str) -> int | None:
     """The tombstone generation of ``name``'s deletion when its rollout halted (rolled back or
     not), else None. Such a profile can be neither replaced nor created again, so a second DELETE
