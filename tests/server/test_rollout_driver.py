@@ -28,7 +28,7 @@ import pytest
 from fastapi import FastAPI
 from pydantic import ValidationError
 from sqlalchemy import event, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DisconnectionError, OperationalError
 
 from stortune.schemas.rollout import machine
 from stortune.schemas.rollout import waves as dealing
@@ -588,6 +588,12 @@ def kill(app: FastAPI) -> None:
     @event.listens_for(engine, "do_connect")
     def refuse(*_args: Any, **_kwargs: Any) -> None:
         raise OperationalError("connect", {}, Exception("the server was killed"))
+
+    # A connection checked out at this moment goes back to the pool afterwards, and the "killed"
+    # server went on with it (steps, lease renewals): no checkout succeeds any more.
+    @event.listens_for(engine, "checkout")
+    def gone(*_args: Any) -> None:
+        raise DisconnectionError("the server was killed")
 
     engine.pool.dispose()
 
