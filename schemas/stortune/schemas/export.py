@@ -21,7 +21,8 @@ DOCUMENTS: dict[str, type[BaseModel]] = {
     "storageprofile.schema.json": StorageProfile,
     "benchmarkspec.schema.json": BenchmarkSpec,
     "tuningexperiment.schema.json": TuningExperiment,
-    # spec.rollout of a StorageProfile, on its own until the control plane acts on it (docs/rollouts.md).
+    # spec.rollout of a StorageProfile (also inside storageprofile.schema.json), on its own for
+    # editors and tools that check the rollout alone (docs/rollouts.md).
     "rollout.schema.json": RolloutSpec,
 }
 

@@ -8,8 +8,8 @@ into a wave of a thousand. Sizes only grow (hosts after hosts, percent after per
 wave is written to be empty. ``strategy: all-at-once`` is today's behaviour: every host at
 once, nothing gated, nothing halted; it takes no other field.
 
-Not wired into StorageProfile yet (docs/rollouts.md): ``parse_rollout`` reads the mapping
-that will sit at ``spec.rollout`` and names each problem by that path.
+A StorageProfile's ``spec.rollout`` (docs/rollouts.md); without it a change goes out in the
+default waves. ``parse_rollout`` reads that mapping and names each problem by its path.
 """
 
 from __future__ import annotations
