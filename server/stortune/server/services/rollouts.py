@@ -370,10 +370,8 @@ def execute(session: Session, state: machine.RolloutState, actions: Sequence[mac
 
 def _start_analysis(session: Session, state: machine.RolloutState, action: machine.StartAnalysis,
                     now: datetime) -> None:
-    try:
-        from stortune.server import rollout_analysis  # type: ignore[attr-defined,unused-ignore]
-    except ImportError:
-        return  # not wired yet: a host of a gated wave waits for its before-run
+    from stortune.server import rollout_analysis  # it imports the services
+
     rollout_analysis.start(session, state, action.host, action.stage, now)
 
 
