@@ -38,6 +38,7 @@ from stortune.server import Settings
 from stortune.server.agentclient import AgentBusy, AgentError, FakeAgentClient, FakeAgentClients, HostInfo
 from stortune.server.cli import main
 from stortune.server.db.tables import Event, Host, Profile, Rollout, RolloutPin
+from stortune.server.errors import Conflict
 from stortune.server.rollout_driver import Analysis, can_move, in_rollout_order, observe, pending_commands
 from stortune.server.services import rollouts
 from stortune.server.services.fleet_state import HostRecord
@@ -201,7 +202,8 @@ def test_hostile_hosts_stored_out_of_order_are_started_in_rollout_order() -> Non
 
 
 def test_which_rollouts_still_move() -> None:
-    assert not can_move("Complete", {}, [{"command": "undo"}])
+    assert can_move("Complete", {}, [{"command": "undo"}])  # undo at any time, even after Complete
+    assert not can_move("Complete", {}, [])
     assert not can_move("Halted", {"rolledBack": True}, [])
     assert can_move("Halted", {"rolledBack": True}, [{"command": "resume"}])  # said Ignored, consumed
     assert can_move("Halted", {"rolledBack": False}, [])  # still reverting, or waiting for resume
@@ -520,9 +522,10 @@ def test_undo_mid_rollout_reverts_every_changed_host(
     assert all(g == 0 for g in sample(app).pinned.values())  # type: ignore[union-attr]
     eventually(lambda: all(read_ahead(agent_of(agents, h)) == 128 for h in HOSTS), timeout=DEADLINE,
                what="the originals restored")
-    command(app, "undo")  # on a rolled-back rollout: nothing happens, and the command is consumed
-    eventually(lambda: not pending(app), timeout=DEADLINE, what="the command consumed")
-    assert (current(app) or st).phase == "Halted"
+    # On a rolled-back rollout an undo could only be dropped: refused saying what to do instead.
+    with pytest.raises(Conflict, match="write a new generation"):
+        command(app, "undo")
+    assert not pending(app) and (current(app) or st).phase == "Halted"
 
 
 def test_a_host_enrolling_mid_rollout_gets_the_last_completed_generation(

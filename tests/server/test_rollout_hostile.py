@@ -306,8 +306,6 @@ def test_hostile_pause_twice_pauses_once_and_says_the_second_did_nothing(
     assert reasons.count("Paused") == 1 and "Ignored" in reasons
 
 
-@pytest.mark.xfail(strict=True, reason="driver defect: pass_once reads only rows whose phase is not "
-                                       "Complete, so an undo queued on a Complete rollout is never taken")
 def test_hostile_undo_after_complete_is_taken_by_the_driver(app: FastAPI, client: TestClient) -> None:
     start(client)
     with app.state.sessions() as session:

@@ -162,9 +162,10 @@ def pending_commands(stored: Any) -> list[str]:
 
 
 def can_move(phase: str, state: Mapping[str, Any], commands: Sequence[Any]) -> bool:
-    """A rollout the driver still steps: not Complete, and not rolled back unless a command waits."""
+    """A rollout the driver still steps: not Complete or rolled back, unless a command waits (an
+    undo after Complete is taken: the issue promises it at any time)."""
     if phase == "Complete":
-        return False
+        return bool(commands)
     return bool(commands) or not (phase == "Halted" and state.get("rolledBack") is True)
 
 
@@ -235,8 +236,9 @@ class RolloutDriver:
     def pass_once(self) -> list[str]:
         """Step every rollout this server drives; returns the profiles whose step was written."""
         with self._sessions() as session:
-            rows = session.execute(select(Rollout.profile, Rollout.phase, Rollout.commands)
-                                   .where(Rollout.phase != "Complete")).all()
+            # Complete rows too: one row per profile, and an undo may wait in one (commands are
+            # a short list; the state is not read).
+            rows = session.execute(select(Rollout.profile, Rollout.phase, Rollout.commands)).all()
             # Only a halt without a command needs the state (rolled back yet?): reading every
             # rollout's state (each host's stage) on every pass cost more than the step.
             quiet = [name for name, phase, commands in rows if phase == "Halted" and not commands]
