@@ -285,7 +285,7 @@ def sample(app: FastAPI, profile: str = PROFILE) -> Sample | None:
             return None
         state = machine.RolloutState.model_validate(row.state)
         pinned = dict(session.execute(select(RolloutPin.host, RolloutPin.generation)
-                                      .where(RolloutPin.profile == profile)).tuples().all())
+                                      .where(RolloutPin.profile == profile)).all())
         applied = {name: (gens or {}).get(profile)
                    for name, gens in session.execute(select(Host.name, Host.applied_generations))}
         there = session.get(Profile, profile) is not None

@@ -290,6 +290,10 @@ class RolloutDriver:
         with self._sessions() as session:
             step = _decide(session, name, records, now, parsed=self._parsed,
                            memo=self._memos.setdefault(name, {}))
+            if session.dirty or session.new:
+                # Verdicts the analysis judged on this read (rollout_analysis.observe writes them
+                # to the session): facts about finished runs, kept whatever becomes of the step.
+                session.commit()
         if step is None:
             return False
         new, actions = step.state, step.actions
