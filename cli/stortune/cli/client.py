@@ -562,14 +562,8 @@ class Client:
                       body: JSON | None, timeout: float | None = None) -> httpx.Response:
         # None: the client's own timeout; a slow call (diagnostics) gives its own.
         limit: Any = httpx.USE_CLIENT_DEFAULT if timeout is None else httpx.Timeout(timeout, connect=5.0)
-        try:
+        with self._reaching():
             response = self._http.request(method, path, params=params, json=body, timeout=limit)
-        except httpx.TimeoutException as exc:
-            raise Unreachable(f"cannot reach the control plane at {self.server}: timed out "
-                              f"({type(exc).__name__})") from None
-        except httpx.TransportError as exc:
-            raise Unreachable(f"cannot reach the control plane at {self.server}: "
-                              f"{exc or type(exc).__name__}") from None
         if response.is_error:
             raise _status_error(response)
         return response
@@ -694,23 +688,28 @@ class Client:
         if limit is not None:
             params["limit"] = limit
         timeout = httpx.Timeout(seconds + self.WATCH_SLACK, connect=5.0)
+        with self._reaching(), _naming("StorageProfile", profile), \
+                self._http.stream("GET", _path("profiles", profile, "rollout"), params=params,
+                                  timeout=timeout) as response:
+            if response.is_error:
+                response.read()
+                raise _status_error(response)
+            for line in response.iter_lines():
+                if not line.strip():
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise ClientError(f"the rollout watch of {profile} sent a line that is not JSON: "
+                                      f"{line[:80]!r}") from None
+                if isinstance(event, dict):
+                    yield event
+
+    @contextmanager
+    def _reaching(self) -> Iterator[None]:
+        """A transport failure as Unreachable naming the control plane (a call, or a watch's lines)."""
         try:
-            with _naming("StorageProfile", profile), \
-                    self._http.stream("GET", _path("profiles", profile, "rollout"), params=params,
-                                      timeout=timeout) as response:
-                if response.is_error:
-                    response.read()
-                    raise _status_error(response)
-                for line in response.iter_lines():
-                    if not line.strip():
-                        continue
-                    try:
-                        event = json.loads(line)
-                    except ValueError:
-                        raise ClientError(f"the rollout watch of {profile} sent a line that is not JSON: "
-                                          f"{line[:80]!r}") from None
-                    if isinstance(event, dict):
-                        yield event
+            yield
         except httpx.TimeoutException as exc:
             raise Unreachable(f"cannot reach the control plane at {self.server}: timed out "
                               f"({type(exc).__name__})") from None

@@ -250,12 +250,9 @@ def _selects(selector: LabelSelector | None, labels: Mapping[str, str]) -> bool:
 
 
 def _topology(raw: Mapping[str, Any] | None) -> Topology | None:
-    if raw is None:
-        return None
-    try:
-        return Topology.model_validate(raw)
-    except ValidationError:
-        return None
+    from stortune.server.services import hosts  # hosts imports this module (host_removed)
+
+    return hosts.stored_topology(raw)
 
 
 def desired_map(profile: StorageProfile, topology: Topology) -> DesiredMap:
