@@ -20,12 +20,13 @@ import pytest
 from fastapi import FastAPI
 from psycopg import sql
 from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.api.agent import tls
 from stortune.server import RecordingController, Settings, create_app
 from stortune.server.agentclient import FakeAgentClients
 from stortune.server.auth import Role
-from stortune.server.db.engine import make_engine
+from stortune.server.db.engine import make_engine, make_sessions
 from stortune.server.db.migrate import upgrade
 from stortune.server.db.tables import Base
 from tests.pgdb import fresh_database
@@ -85,6 +86,17 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield url
     finally:
         _empty_pg(url)
+
+
+@pytest.fixture
+def sessions(db_url: str) -> Iterator[sessionmaker[Session]]:
+    """The migrated database's sessions, without an app (services and the rollout driver by hand)."""
+    engine = make_engine(db_url)
+    upgrade(engine)
+    try:
+        yield make_sessions(engine)
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture

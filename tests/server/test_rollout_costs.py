@@ -13,7 +13,6 @@ the long way decides.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -22,8 +21,6 @@ from sqlalchemy.orm import Session, sessionmaker
 from stortune.schemas.rollout import machine
 from stortune.schemas.rollout.spec import RolloutSpec
 from stortune.server import controller, rollout_driver
-from stortune.server.db.engine import make_engine, make_sessions
-from stortune.server.db.migrate import upgrade
 from stortune.server.db.tables import Rollout
 from stortune.server.models.agents import Registration
 from stortune.server.rollout_driver import RolloutDriver, observe
@@ -107,16 +104,6 @@ def test_a_thousand_pending_hosts_are_not_observed_one_by_one() -> None:
 
 
 # -- a driver on a database, stepped by hand ---------------------------------------------------------
-@pytest.fixture
-def sessions(db_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(db_url)
-    upgrade(engine)
-    try:
-        yield make_sessions(engine)
-    finally:
-        engine.dispose()
-
-
 @pytest.fixture
 def requests(sessions: sessionmaker[Session]) -> controller.RecordingController:
     recorder = controller.RecordingController()

@@ -38,16 +38,6 @@ AT_ONCE = {"strategy": "all-at-once"}
 
 
 # -- fixtures and helpers ------------------------------------------------------------------------
-@pytest.fixture
-def sessions(db_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(db_url)
-    upgrade(engine)
-    try:
-        yield make_sessions(engine)
-    finally:
-        engine.dispose()
-
-
 def register(sessions: sessionmaker[Session], clock: FakeClock, *names: str,
              labels: dict[str, str] | None = None, topology: bool = True) -> None:
     for name in names:
