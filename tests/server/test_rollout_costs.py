@@ -44,7 +44,8 @@ def record(name: str, rng: random.Random) -> HostRecord:
     applied = {NAME: rng.choice([1, 2])} if rng.random() < 0.8 else {}
     return HostRecord(name=name, version=1, address="", agent_version="", kernel="", conditions=conditions,
                       labels={"role": "streamer"}, settings=(), applied=applied,
-                      rejected=frozenset({NAME}) if rng.random() < 0.05 else frozenset())
+                      rejected_at=(frozenset({(NAME, rng.choice([1, 2]))}) if rng.random() < 0.05
+                                   else frozenset()))
 
 
 def random_state(rng: random.Random, hosts: int) -> machine.RolloutState:

@@ -77,12 +77,13 @@ def test_the_rollout_interval_at_its_bounds() -> None:
 # -- the observation, pure ---------------------------------------------------------------------
 def record(name: str, *, applied: dict[str, int] | None = None, ready: str = "True",
            reachable: str = "True", applied_condition: tuple[str, str] = ("True", "Applied"),
-           rejected: frozenset[str] = frozenset(), labels: dict[str, str] | None = None) -> HostRecord:
+           rejected: frozenset[str] = frozenset(), labels: dict[str, str] | None = None,
+           rejected_at: frozenset[tuple[str, int | None]] = frozenset()) -> HostRecord:
     return HostRecord(name=name, version=1, address=f"{name}:7443", agent_version="fake", kernel="6.1",
                       conditions={"Ready": (ready, ""), "Reachable": (reachable, ""),
                                   "Applied": applied_condition},
                       labels=labels or {"role": "streamer"}, settings=(), applied=applied or {},
-                      rejected=rejected)
+                      rejected=rejected or frozenset(p for p, _ in rejected_at), rejected_at=rejected_at)
 
 
 def state_of(hosts: dict[str, machine.HostState], generation: int = 2, previous: int = 1,
@@ -138,16 +139,41 @@ def test_hostile_a_departed_host_and_a_host_without_a_record_of_this_profile() -
 def test_failures_in_order_unreachable_then_blocked_then_apply_failed() -> None:
     st = state_of({h: machine.HostState(wave=0, generation=2, stage="changing") for h in "abcd"})
     records = {
-        "a": record("a", reachable="False", rejected=frozenset({PROFILE}),
+        "a": record("a", reachable="False", rejected_at=frozenset({(PROFILE, 2)}),
                     applied_condition=("False", "ApplyFailed")),
-        "b": record("b", rejected=frozenset({PROFILE}), applied_condition=("False", "Rejected")),
+        "b": record("b", rejected_at=frozenset({(PROFILE, 2)}), applied_condition=("False", "Rejected")),
         "c": record("c", applied={PROFILE: 1}, applied_condition=("False", "ApplyFailed")),
-        "d": record("d", rejected=frozenset({"another"}), ready="False"),
+        "d": record("d", rejected_at=frozenset({("another", 4)}), ready="False"),
     }
     seen = observe(st, records, holds_nothing=nothing_at(0), selects=streamer, known=set("abcd"))
     assert {h: o.failure for h, o in seen.hosts.items()} == {
         "a": "unreachable", "b": "blocked", "c": "apply-failed", "d": None}
     assert [o.healthy for o in seen.hosts.values()] == [True, True, True, False]
+
+
+def test_hostile_a_rejection_an_earlier_generation_left_does_not_fail_the_one_that_fixes_it() -> None:
+    """Hostile: generation 1 set a value the device refused; generation 2 mends it. The host's
+    settings table (and its Applied=False/Rejected) still show generation 1's rejection until the
+    reconciler applies 2, and the driver failed the host as blocked the moment its wave began: the
+    fix could never roll out. Only a rejection at the generation the host is pinned at counts."""
+    st = state_of({h: machine.HostState(wave=0, generation=2, stage="changing")
+                   for h in ("old", "new", "other")})
+    rejected = ("False", "Rejected")
+    records = {
+        "old": record("old", applied={PROFILE: 1}, rejected_at=frozenset({(PROFILE, 1)}),
+                      applied_condition=rejected),
+        "new": record("new", applied={PROFILE: 2}, rejected_at=frozenset({(PROFILE, 2)}),
+                      applied_condition=rejected),
+        "other": record("other", applied={PROFILE: 1}, rejected_at=frozenset({("another", 3)}),
+                        applied_condition=rejected),
+    }
+    seen = observe(st, records, holds_nothing=nothing_at(0), selects=streamer, known=set(records))
+    assert {h: o.failure for h, o in seen.hosts.items()} == {"old": None, "new": "blocked", "other": None}
+    # A refusal the table does not explain (the agent refused the whole apply) still counts.
+    alone = {"old": record("old", applied={PROFILE: 1}, applied_condition=rejected)}
+    seen = observe(state_of({"old": st.hosts["old"]}), alone, holds_nothing=nothing_at(0), selects=streamer,
+                   known={"old"})
+    assert seen.hosts["old"].failure == "apply-failed"
 
 
 def test_a_generation_that_holds_nothing_is_reached_when_the_profile_is_gone_from_applied() -> None:

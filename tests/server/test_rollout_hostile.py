@@ -43,9 +43,8 @@ from tests.server.test_rollout_storage import (
     view,
 )
 
-# The storage tests' fixtures, found by name: a database of each kind, four hosts, and those
+# The storage tests' fixtures, found by name (sessions is conftest's): four hosts, and those
 # hosts holding generation 1 (read_ahead_kb 4096) applied all at once.
-sessions = storage.sessions
 fleet = storage.fleet
 held = storage.held
 

@@ -86,13 +86,17 @@ def host_observation(state: machine.RolloutState, host: str, record: HostRecord,
     failure: machine.FailureKind | None = None
     if _status(record, "Reachable")[0] == "False":
         failure = "unreachable"
-    elif profile in record.rejected:
+    elif (profile, pinned) in record.rejected_at:
         failure = "blocked"
     else:
         applied, reason = _status(record, "Applied")
         # Host-wide, so only a failure while the host does not hold what it must counts against
         # this rollout: an updated host failing a later apply of another profile is not this one's.
-        if applied == "False" and reason in APPLY_FAILED and generation != pinned:
+        # A "Rejected" explained by the settings table is judged by its rows above: rows of an
+        # earlier generation (the very rejection this one may fix) or of another profile, still
+        # standing until the host's next apply, are not this generation's failure.
+        explained = reason == "Rejected" and bool(record.rejected_at)
+        if applied == "False" and reason in APPLY_FAILED and generation != pinned and not explained:
             failure = "apply-failed"
     seen = analysis or Analysis()
     # Built from checked values (typed literals and ints) for every host on every pass: validating

@@ -37,6 +37,14 @@ def rejected_profiles(status: Mapping[str, Any]) -> frozenset[str]:
                      if isinstance(d, dict) and str(d.get("message", "")).startswith(REJECTED))
 
 
+def rejected_at(status: Mapping[str, Any]) -> frozenset[tuple[str, int | None]]:
+    """(profile, generation) of each value the host cannot set: a rollout judges its own
+    generation's rejections, not those an earlier generation left in the table."""
+    return frozenset((str(d.get("profile")), g if isinstance(g := d.get("generation"), int) else None)
+                     for d in status.get("devices", [])
+                     if isinstance(d, dict) and str(d.get("message", "")).startswith(REJECTED))
+
+
 class DeviceSetting(BaseModel):
     """One row of a host's settings table, written by the reconciler."""
 

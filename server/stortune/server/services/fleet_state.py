@@ -25,7 +25,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from stortune.server.db.tables import BenchmarkRun, Experiment, Host
-from stortune.server.models.hosts import rejected_profiles
+from stortune.server.models.hosts import rejected_at, rejected_profiles
 from stortune.server.services.versions import current_resource_version
 
 #: (device, tunable, desired, observed): a row of the host's settings table.
@@ -47,6 +47,8 @@ class HostRecord:
     applied: Mapping[str, int] = field(default_factory=dict)
     #: Profiles with a value the host cannot set (an error in its settings table).
     rejected: frozenset[str] = frozenset()
+    #: (profile, generation) of those values: what a rollout of that generation counts as blocked.
+    rejected_at: frozenset[tuple[str, int | None]] = frozenset()
 
 
 def _text(value: Any) -> str:
@@ -72,7 +74,7 @@ def record_of(name: str, *, version: int, address: str, facts: Mapping[str, Any]
                       conditions=conditions, labels=dict(labels),
                       settings=settings, applied={k: v for k, v in (applied or {}).items()
                                                   if isinstance(k, str) and isinstance(v, int)},
-                      rejected=rejected_profiles(status))
+                      rejected=rejected_profiles(status), rejected_at=rejected_at(status))
 
 
 _COLUMNS = (Host.name, Host.resource_version, Host.address, Host.facts, Host.status, Host.reported_labels,
