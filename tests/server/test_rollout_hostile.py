@@ -102,6 +102,35 @@ def test_hostile_a_host_deleted_after_a_rollback_does_not_come_back_at_the_bad_g
     assert view(sessions, first) == ({NAME: 1}, [4096])
 
 
+@pytest.mark.parametrize("halted", [False, True])
+def test_hostile_a_host_new_to_a_live_rollout_holds_the_last_completed_generation_at_once(
+    sessions: sessionmaker[Session], clock: FakeClock, held: list[str], halted: bool,
+) -> None:
+    """Hostile: a host registering (or relabelled into the selector) during a rollout had no pin,
+    so it took the generation the canary was still being judged on until the driver's next pass;
+    after a rollback (a row the driver no longer steps) it kept the bad generation for good. It is
+    pinned at the last completed generation in its registration's own transaction."""
+    replace(sessions, clock, doc(0))
+    if halted:
+        with sessions() as session:
+            row = session.get(Rollout, NAME)
+            assert row is not None
+            state = machine.RolloutState.model_validate(row.state)
+            halted = {"phase": "Halted", "reason": "FailureLimit", "rollback": True, "rolledBack": True}
+            row.state = state.model_copy(update=halted).model_dump(mode="json")
+            row.phase = "Halted"
+            session.commit()
+    register(sessions, clock, "late")
+    assert pins(sessions)["late"] == 1 and view(sessions, "late") == ({NAME: 1}, [4096])
+    register(sessions, clock, "elsewhere", labels={"role": "database"})  # not selected: no pin
+    assert "elsewhere" not in pins(sessions)
+    with sessions() as session:  # relabelled into the selector: held the same way
+        hosts.set_labels(session, "elsewhere", {"role": "streamer"}, merge=True, now=clock())
+    assert pins(sessions)["elsewhere"] == 1 and view(sessions, "elsewhere") == ({NAME: 1}, [4096])
+    register(sessions, clock, held[0])  # a host the rollout knows keeps what it holds
+    assert pins(sessions)[held[0]] in (1, 2)
+
+
 def test_hostile_a_host_deleted_while_no_rollout_is_live_changes_no_rollout(
     sessions: sessionmaker[Session], clock: FakeClock, held: list[str],
 ) -> None:

@@ -267,8 +267,10 @@ def test_a_created_profile_pins_hosts_at_nothing(
 def test_an_unpinned_host_takes_the_current_generation(
     sessions: sessionmaker[Session], clock: FakeClock, held: list[str],
 ) -> None:
-    replace(sessions, clock, doc(8192))
-    register(sessions, clock, "late")  # enrols after the start: no pin until the driver sees it
+    # No live rollout (all at once): a host registering now takes the current generation. During
+    # a live one it is held at the last completed (test_rollout_hostile).
+    replace(sessions, clock, doc(8192, rollout=AT_ONCE))
+    register(sessions, clock, "late")
     assert "late" not in pins(sessions)
     assert view(sessions, "late") == ({NAME: 2}, [8192])
 

@@ -253,6 +253,7 @@ def register(
     set_condition(session, host, type=REACHABLE, status="True", reason="AgentRegistered", message="",
                   now=now)
     _settle_ready(session, host, now)
+    rollouts.host_selected(session, host.name, host.effective_labels, now)
     request_reconcile(session, [host.name], "agent registered")
     session.commit()
     return host, wanted
@@ -375,6 +376,7 @@ def set_labels(
     events.record(session, kind=KIND, name=name, host=name, type="Normal", reason="LabelsChanged",
                   message=f"labels set through the API: {wanted}", now=now)
     if host.effective_labels != before:
+        rollouts.host_selected(session, name, host.effective_labels, now)
         request_reconcile(session, [name], "labels changed")
     session.commit()
     return host

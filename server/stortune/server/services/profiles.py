@@ -283,8 +283,12 @@ def delete(session: Session, name: str, now: datetime) -> tuple[Profile, bool]:
             session.rollback()
             return row, True
         return _delete_again(session, row, tomb, version, now), True
-    holders = finalizers.holding(session, name)
+    # Hosts pinned at a live generation hold it too, though some have not reported it applied
+    # yet (a canary applying): removing the row now would leave their settings unrestorable.
+    holders = sorted({*finalizers.holding(session, name), *rollouts.held_live(session, name)})
     targets = {*holders, *hosts.select_names(session, selector(row.spec))}
+    # Asked before the rollout starts, which withdraws the hosts pinned at what they hold.
+    request_reconcile(session, sorted(targets), f"profile {name} deleted")
     if holders:
         row.deletion_timestamp = now
         row.resource_version = version
@@ -306,7 +310,6 @@ def delete(session: Session, name: str, now: datetime) -> tuple[Profile, bool]:
         rollouts.forget(session, name)
         events.record(session, kind=KIND, name=name, profile=name, type="Normal", reason="Deleted",
                       message="no host had it applied", now=now)
-    request_reconcile(session, sorted(targets), f"profile {name} deleted")
     session.commit()
     if not holders:
         row.deletion_timestamp = now  # the returned document shows what happened

@@ -32,7 +32,7 @@ from stortune.schemas.rollout import waves as dealing
 from stortune.schemas.rollout.spec import RolloutSpec
 from stortune.schemas.topology import Topology
 from stortune.server.controller import request_reconcile, withdraw_reconcile
-from stortune.server.db.tables import Host, Profile, ProfileGeneration, Rollout, RolloutPin
+from stortune.server.db.tables import Host, Profile, ProfileGeneration, Rollout, RolloutAnalysis, RolloutPin
 from stortune.server.errors import Cause, Conflict, Invalid, NotFound
 from stortune.server.services import events
 from stortune.server.services.versions import next_resource_version
@@ -98,6 +98,9 @@ def forget(session: Session, name: str) -> None:
     profile created again under the name starts afresh)."""
     session.execute(delete(Rollout).where(Rollout.profile == name))
     session.execute(delete(ProfileGeneration).where(ProfileGeneration.profile == name))
+    # Its canaries' evidence too: keyed by generation, which starts at 1 again, a profile created
+    # again would list the old verdicts and reuse an old before-run as its own baseline.
+    session.execute(delete(RolloutAnalysis).where(RolloutAnalysis.profile == name))
     _unpin(session, name)
 
 
@@ -180,6 +183,9 @@ def drop(session: Session, name: str, now: datetime) -> None:
                           message=f"the rollout of generation {row.generation} ends: the new generation"
                                   " reaches every host at once", now=now)
         session.delete(row)
+    held = pins_of(session, name)
+    if held:  # a host only a pin held (its selector no longer chooses it) restores now, not at resync
+        request_reconcile(session, sorted(held), f"rollout of {name} ended")
     _unpin(session, name)
     prune(session, name, ())
 
@@ -312,6 +318,8 @@ def prune(session: Session, profile: str, keep: Collection[int]) -> None:
     kept = {*keep, *(() if current is None else (current,))}
     session.execute(delete(ProfileGeneration).where(ProfileGeneration.profile == profile,
                                                     ProfileGeneration.generation.not_in(kept)))
+    session.execute(delete(RolloutAnalysis).where(RolloutAnalysis.profile == profile,
+                                                  RolloutAnalysis.generation.not_in(kept)))
 
 
 def host_removed(session: Session, host: str, now: datetime) -> None:
@@ -341,6 +349,41 @@ def host_removed(session: Session, host: str, now: datetime) -> None:
         write_pins(session, profile, {host: generation})
     if holds:
         request_wake(session)
+
+
+def host_selected(session: Session, host: str, labels: Mapping[str, str], now: datetime) -> None:
+    """A host new to a live rollout's profile (registered, or relabelled into its selector) is
+    pinned at the last completed generation in the same transaction: unpinned it would take the
+    generation the canaries are still judging (or, after a rollback, the bad one for good) before
+    the driver's next pass enrols it. A host the rollout knows keeps what it holds."""
+    pinned = set(session.scalars(select(RolloutPin.profile).where(RolloutPin.host == host)))
+    holds: dict[str, int] = {}
+    for row in session.scalars(select(Rollout).where(Rollout.phase != "Complete")):
+        if row.profile in pinned or host in (row.known or ()):
+            continue
+        profile = session.get(Profile, row.profile)
+        state = machine.RolloutState.model_validate(row.state)
+        base = at_generation(session, row.profile, state.last_completed, None)
+        selecting = [p for p in (base, None if profile is None else _current(profile)) if p is not None]
+        if any(_selects(p.spec.hostSelector, labels) for p in selecting):
+            holds[row.profile] = state.last_completed
+    for profile_name, generation in holds.items():
+        write_pins(session, profile_name, {host: generation})
+        events.record(session, kind=KIND, name=profile_name, profile=profile_name, type="Normal",
+                      reason="Held", message=f"{host} joined during the rollout: it holds generation"
+                                             f" {generation}, the last completed, until it is enrolled",
+                      now=now)
+    if holds:
+        request_wake(session)
+
+
+def _current(row: Profile) -> StorageProfile | None:
+    from stortune.server.services import profiles  # profiles imports this module
+
+    try:
+        return profiles.stored_profile(row)
+    except profiles.StoredProfileInvalid:
+        return None
 
 
 # -- executing -------------------------------------------------------------------------------
