@@ -31,7 +31,7 @@ from stortune.schemas.profile import LabelSelector
 from stortune.schemas.rollout import machine
 from stortune.schemas.rollout import waves as dealing
 from stortune.server import rollout_analysis
-from stortune.server.db.tables import Profile, ProfileGeneration, Rollout
+from stortune.server.db.tables import Profile, ProfileGeneration, Rollout, RolloutAnalysis
 from stortune.server.services import finalizers, rollouts
 from stortune.server.services.fleet_state import FleetState, HostRecord
 from stortune.server.services.versions import next_resource_version
@@ -294,11 +294,18 @@ class RolloutDriver:
         with self._sessions() as session:
             step = _decide(session, name, records, now, parsed=self._parsed,
                            memo=self._memos.setdefault(name, {}))
-            if session.dirty or session.new:
-                # Verdicts the analysis judged on this read (rollout_analysis.observe writes them
-                # to the session): facts about finished runs, kept whatever becomes of the step.
-                session.commit()
+            # Verdicts the analysis judged on this read (rollout_analysis.observe writes them to
+            # the session) are written with the step, in the transaction that takes the lock first:
+            # committing this read's session fails on SQLite once another writer committed since.
+            verdicts = [(r.profile, r.generation, r.host, r.verdict, r.detail)
+                        for r in session.dirty if isinstance(r, RolloutAnalysis)]
+            session.rollback()
         if step is None:
+            if verdicts:  # facts about finished runs, kept whatever becomes of the step
+                with self._sessions() as session:
+                    next_resource_version(session)
+                    _store_verdicts(session, verdicts)
+                    session.commit()
             return False
         new, actions = step.state, step.actions
         # Everything that needs no lock is made before taking it: while this transaction holds
@@ -319,6 +326,7 @@ class RolloutDriver:
                 session.rollback()
                 self.wake()  # written meanwhile: decided again at once, on what it holds now
                 return False
+            _store_verdicts(session, verdicts)
             # As the database gives it back (the next pass's read compares it).
             stamp = session.scalar(select(Rollout.updated_at).where(Rollout.profile == name))
             rollouts.execute(session, new, actions, now)
@@ -333,6 +341,14 @@ class RolloutDriver:
             written_at = (step.version[0] + 1, new.generation, stamp)
             self._parsed.put(name, written_at, step.ordered, frozenset(known))
         return True
+
+
+def _store_verdicts(session: Session, verdicts: Sequence[tuple[str, int, str, str | None, Any]]) -> None:
+    for profile, generation, host, verdict, detail in verdicts:
+        session.execute(update(RolloutAnalysis).where(
+            RolloutAnalysis.profile == profile, RolloutAnalysis.generation == generation,
+            RolloutAnalysis.host == host).values(verdict=verdict, detail=detail)
+            .execution_options(synchronize_session=False))
 
 
 #: What tells one stored rollout state from another: (version, generation, updated_at).
