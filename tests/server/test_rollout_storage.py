@@ -553,3 +553,29 @@ def test_hostile_a_halted_deletion_is_started_over_by_deleting_again(
     assert pins(sessions) == {h: 4 if h == first else 2 for h in held}
     assert stored_generations(sessions)[4] is False  # a tombstone
     assert reasons(sessions).count("Deleting") == 2
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_hostile_a_pause_outlives_the_generation_it_was_asked_on(
+    sessions: sessionmaker[Session], clock: FakeClock, held: list[str], taken: bool,
+) -> None:
+    """Hostile: an SRE pauses because the canary looks wrong; a GitOps sync pushes the next commit
+    a minute later. The new rollout started Progressing and changed a new canary. It starts Paused
+    (whether the driver had taken the pause yet or not), holding every host where it is."""
+    replace(sessions, clock, doc(8192))
+    with sessions() as session:
+        rollouts.command(session, NAME, "pause", "sre", clock())
+    if taken:  # the driver's step took it: the stored phase is Paused
+        with sessions() as session:
+            row = session.get(Rollout, NAME)
+            assert row is not None
+            state, _ = machine.step(machine.RolloutState.model_validate(row.state),
+                                    machine.Observed(commands=("pause",)), clock().timestamp())
+            row.state, row.phase, row.commands = state.model_dump(mode="json"), state.phase, []
+            session.commit()
+    before = pins(sessions)
+    assert replace(sessions, clock, doc(2048)) == 3
+    state = rollout(sessions)
+    assert state is not None and (state.generation, state.phase) == (3, "Paused")
+    assert all(g in (1, 2) for g in pins(sessions).values()) and pins(sessions).keys() == before.keys()
+    assert "Paused" in reasons(sessions)

@@ -170,7 +170,8 @@ class _Run:
 
 
 def start(profile: str, spec: RolloutSpec, generation: int, previous: int, hosts: Iterable[str], *,
-          now: float, current: Mapping[str, int] | None = None) -> tuple[RolloutState, list[Action]]:
+          now: float, current: Mapping[str, int] | None = None,
+          commands: Sequence[Command] = ()) -> tuple[RolloutState, list[Action]]:
     """A rollout of ``generation`` over the hosts whose desired state it changes (see ``concerned``;
     the others may take it at once: it holds the same for them). ``current``: a host's generation
     when not ``previous`` (a superseded rollout had changed it); it keeps it until its wave."""
@@ -184,7 +185,7 @@ def start(profile: str, spec: RolloutSpec, generation: int, previous: int, hosts
     sizes = "/".join(str(len(m)) for m in dealt)
     first = Event("RolloutStarted", f"generation {generation} of {profile} over {len(state.hosts)} hosts"
                                     f" in waves of {sizes} (from generation {previous})")
-    new, actions = step(state, Observed(), now)
+    new, actions = step(state, Observed(commands=tuple(commands)), now)
     return new, [first, *actions]
 
 
@@ -194,8 +195,11 @@ def supersede(state: RolloutState, spec: RolloutSpec, generation: int, hosts: It
     hosts the old one had changed are concerned too, and keep what they hold until their wave."""
     base = state.last_completed
     current = {h: s.generation for h, s in state.hosts.items() if s.generation != base}
+    # A pause people asked for outlives the generation it was asked on: a GitOps sync pushing
+    # the next commit must not lift it and change more canaries.
+    paused: tuple[Command, ...] = ("pause",) if state.phase == "Paused" else ()
     new, actions = start(state.profile, spec, generation, base, set(hosts) | set(current), now=now,
-                         current=current)
+                         current=current, commands=paused)
     note = Event("Superseded", f"generation {generation} replaces the rollout of {state.generation}"
                                f" ({state.phase}); {len(current)} hosts held it")
     return new, [note, *actions]

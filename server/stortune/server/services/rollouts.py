@@ -143,6 +143,14 @@ def on_new_generation(session: Session, profile_name: str, before: StorageProfil
         return None
     stamp = now.timestamp()
     if live and old is not None:
+        waiting = [c.get("command") for c in (row.commands if row is not None else []) if isinstance(c, dict)]
+        if "pause" in waiting and old.phase == "Progressing":  # asked, not yet taken: still asked
+            old = old.model_copy(update={"phase": "Paused"})
+        dropped = sorted({str(c) for c in waiting} - {"pause"})
+        if dropped:
+            events.record(session, kind=KIND, name=profile_name, profile=profile_name, type="Warning",
+                          reason="CommandsDropped", message=f"{', '.join(dropped)} asked of generation"
+                          f" {old.generation} dropped: generation {generation} replaces its rollout", now=now)
         state, actions = machine.supersede(old, spec, generation, hosts, stamp)
     else:
         state, actions = machine.start(profile_name, spec, generation, previous, hosts, now=stamp)
