@@ -456,7 +456,8 @@ def fresh_url(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[str]:
     yield from new_pg_database("stortune_rollouts")
 
 
-def test_the_migration_upgrades_a_database_at_0016_with_profiles_and_hosts(fresh_url: str) -> None:
+def test_the_migration_upgrades_a_database_at_0016_with_profiles_and_hosts(
+        fresh_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     engine = make_engine(fresh_url)
     clock = FakeClock()
     try:
@@ -465,7 +466,9 @@ def test_the_migration_upgrades_a_database_at_0016_with_profiles_and_hosts(fresh
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "0016")
         sessions = make_sessions(engine)
-        register(sessions, clock, "h1", "h2")
+        with monkeypatch.context() as m:  # registered as the 0016 server did: no rollout tables
+            m.setattr(rollouts, "host_selected", lambda *args: None)
+            register(sessions, clock, "h1", "h2")
         with sessions() as session:  # a profile as the 0016 server stored it (no rollout tables)
             now = datetime(2026, 11, 1, tzinfo=UTC)
             spec = profiles.validate(doc()).spec.model_dump(mode="json", by_alias=True, exclude_none=True)
