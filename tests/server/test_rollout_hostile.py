@@ -435,3 +435,26 @@ def test_hostile_a_canary_registered_again_enrols_in_the_last_wave_through_the_d
     assert (hosts_now[first]["wave"], hosts_now[first]["generation"]) == (3, 0)
     with app.state.sessions() as session:
         assert rollouts.pins_of(session, "vod")[first] == 0
+
+
+def test_hostile_a_rollout_started_anew_at_the_version_a_watcher_holds_is_seen_as_moved(
+    sessions: sessionmaker[Session], clock: FakeClock, held: list[str],
+) -> None:
+    """Hostile: a row started anew (after an all-at-once change) counts its version from 1
+    again; a watcher holding the old row's version saw no change, and its stream never ended."""
+    replace(sessions, clock, doc(8192))
+    with sessions() as session:
+        seen = rollouts.status(session, NAME)
+    assert seen is not None
+    replace(sessions, clock, doc(8192, rollout={"strategy": "all-at-once"}))
+    with sessions() as session:
+        assert rollouts.version(session, NAME) is None
+    replace(sessions, clock, doc(2048))
+    with sessions() as session:
+        row = session.get(Rollout, NAME)
+        assert row is not None
+        session.execute(sa.update(Rollout).where(Rollout.profile == NAME).values(version=seen["version"]))
+        session.commit()
+    with sessions() as session:
+        now = rollouts.version(session, NAME)
+    assert now is not None and now[0] == seen["version"] and now != rollouts.seen_version(seen)

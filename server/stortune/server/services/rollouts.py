@@ -595,9 +595,19 @@ def status(session: Session, profile: str, limit: int = DEFAULT_STATUS_HOSTS) ->
     }
 
 
-def version(session: Session, profile: str) -> int | None:
-    """The rollout row's version alone (None: no rollout): what a watch compares between looks."""
-    return session.scalar(select(Rollout.version).where(Rollout.profile == profile))
+def version(session: Session, profile: str) -> tuple[int, int, str] | None:
+    """What a watch compares between looks (None: no rollout): the row's version with its
+    generation and the time it was written, as ``status`` gives them. The version alone counts
+    from 1 again for a row started anew (after an all-at-once change, or a profile created
+    again), and could equal the one a watcher holds."""
+    row = session.execute(select(Rollout.version, Rollout.generation, Rollout.updated_at)
+                          .where(Rollout.profile == profile)).first()
+    return None if row is None else (row[0], row[1], row[2].isoformat())
+
+
+def seen_version(status: Mapping[str, Any]) -> tuple[int, int, str]:
+    """``version`` of the rollout a status shows."""
+    return status["version"], status["generation"], status["updated"]
 
 
 def _analysis(session: Session, state: machine.RolloutState) -> list[Any]:

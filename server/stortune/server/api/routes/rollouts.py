@@ -151,7 +151,7 @@ async def _watch(request: Request, name: str, limit: int, seconds: int,
         try:
             version = await run_in_threadpool(_read, sessions, lambda s: rollouts.version(s, name))
             moved = status
-            if version is not None and version != status.get("version"):
+            if version is not None and version != rollouts.seen_version(status):
                 moved = await run_in_threadpool(_read, sessions,
                                                 lambda s: rollouts.status(s, name, limit=limit))
         except SQLAlchemyError as exc:  # the status line is sent already: say so in the stream
