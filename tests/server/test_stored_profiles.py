@@ -64,12 +64,14 @@ def applied(client: TestClient, host: str) -> tuple[str, str, str]:
 def stored_by_an_earlier_version(app: FastAPI, name: str, model: str) -> None:
     """What the upgrade leaves: the row as the earlier version validated it, a pattern RE2 refuses."""
     with app.state.sessions() as session:
+        # The write lock first, as the services do: on SQLite a transaction that read and then
+        # writes fails once the reconciler or the rollout driver committed in between.
+        next_resource_version(session)
         row = session.get(Profile, name)
         assert row is not None
         spec = dict(row.spec)
         spec["rules"] = [{**spec["rules"][0], "match": {**spec["rules"][0]["match"], "model": model}}]
         session.execute(update(Profile).where(Profile.name == name).values(spec=spec))
-        next_resource_version(session)
         session.commit()
 
 
