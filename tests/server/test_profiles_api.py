@@ -216,18 +216,6 @@ def test_delete_without_holders_removes_at_once(client: TestClient, controller: 
     assert controller.hosts() == {"h1"}
 
 
-def test_hostile_delete_waits_for_a_canary_pinned_at_a_live_generation_it_has_not_reported(
-        client: TestClient, controller: RecordingController) -> None:
-    """Hostile: the canary was told to take generation 1 and may be applying it; no host had
-    reported it applied, so the row was removed at once, and the canary's settings could not
-    be restored when it did report. Its pin makes it a holder (issue 27)."""
-    client.post(f"{API}/agents/register", json=registration())
-    create(client, profile_doc())  # in waves: h1 is the canary, pinned at generation 1
-    response = client.delete(f"{PROFILES}/streaming")
-    assert response.status_code == 202, response.text
-    assert client.get(f"{PROFILES}/streaming").json()["metadata"]["deletionTimestamp"]
-
-
 def test_delete_waits_for_hosts_that_applied_it(app: Any, client: TestClient) -> None:
     from stortune.server.services import hosts
 

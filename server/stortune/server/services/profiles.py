@@ -283,9 +283,7 @@ def delete(session: Session, name: str, now: datetime) -> tuple[Profile, bool]:
             session.rollback()
             return row, True
         return _delete_again(session, row, tomb, version, now), True
-    # Hosts pinned at a live generation hold it too, though some have not reported it applied
-    # yet (a canary applying): removing the row now would leave their settings unrestorable.
-    holders = sorted({*finalizers.holding(session, name), *rollouts.held_live(session, name)})
+    holders = finalizers.holding(session, name)
     targets = {*holders, *hosts.select_names(session, selector(row.spec))}
     # Asked before the rollout starts, which withdraws the hosts pinned at what they hold.
     request_reconcile(session, sorted(targets), f"profile {name} deleted")
